@@ -1,0 +1,247 @@
+"""``pubsub-connect``: validate configs, run connectors, manage the embedded local services.
+
+Why its shape: it mirrors ``connect-standalone worker.properties connector.properties…`` so a
+Kafka Connect user needs no new vocabulary. User-caused errors (config, input, connectivity)
+print one line and exit non-zero; ``--debug`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from pubsub_connect import __version__
+from pubsub_connect import config as cfg
+from pubsub_connect.io import services as svc
+
+log = logging.getLogger("pubsub_connect")
+
+EXIT_USER_ERROR = 2
+EXIT_FAILURE = 1
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("connectors", nargs="+", metavar="CONNECTOR.properties",
+                        help="connector config files (Kafka Connect .properties)")
+    parser.add_argument("--worker", "-w", metavar="WORKER.properties",
+                        help="worker config (bootstrap.servers, storage.root, spark.*, …)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a key (NAME:KEY=VALUE for one connector); repeatable")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pubsub-connect",
+        description="Kafka <-> Google Cloud Pub/Sub / Pub/Sub Lite connectors on Spark and Delta Lake.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    validate = sub.add_parser("validate", help="check config files and print the effective config")
+    _add_config_args(validate)
+
+    run = sub.add_parser("run", help="run connectors (ingest -> convert -> publish)")
+    _add_config_args(run)
+    run.add_argument("--once", action="store_true",
+                     help="process what is available through every stage, then exit")
+    run.add_argument("--stage", action="append", default=[],
+                     help="run only this stage (repeatable), e.g. ingest, convert, publish")
+
+    services = sub.add_parser("services", help="start/stop the embedded local services")
+    services.add_argument("action", choices=("up", "down", "status"))
+    services.add_argument("--only", default=",".join(svc.ALL_SERVICES),
+                          help="comma-separated subset of kafka,pubsub,s3")
+    services.add_argument("--storage-root", default=cfg.WORKER_KEYS[1].default,
+                          help="where the services' state and logs are kept")
+
+    quick = sub.add_parser("quickstart", help="demo: local services, sample records, sink to the emulator")
+    quick.add_argument("--storage-root", default=None, help="where tables and checkpoints go (default: temp)")
+    quick.add_argument("--records", type=int, default=1000, help="how many sample records to produce")
+
+    archive = sub.add_parser("archive", help="tools for Block-GZIP archives")
+    archive_sub = archive.add_subparsers(dest="archive_command", required=True)
+    read = archive_sub.add_parser("read", help="print the records at an offset using the index")
+    read.add_argument("path", help="a .gz archive file path, or s3://bucket/key.gz")
+    read.add_argument("--offset", type=int, required=True)
+    read.add_argument("--count", type=int, default=1)
+    read.add_argument("--s3-endpoint", default=None)
+    return parser
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    run_config = cfg.load(args.connectors, args.worker, args.overrides)
+    print(f"# worker ({run_config.worker.source})")
+    for key, value in run_config.worker.effective().items():
+        print(f"{key}={value}")
+    for connector in run_config.connectors:
+        print(f"\n# connector {connector.name} ({connector.kind}, {connector.source})")
+        for key, value in connector.effective().items():
+            print(f"{key}={value}")
+    print(f"\n# {len(run_config.connectors)} connector config(s) valid")
+    return 0
+
+
+def _use_running_services(worker: cfg.WorkerConfig) -> None:
+    """Point a default worker at services started by ``pubsub-connect services up``."""
+    running = svc.read_services(Path(worker.storage_root))
+    if "kafka" in running and worker.settings["bootstrap.servers"].origin == "default":
+        worker.settings["bootstrap.servers"] = cfg.Setting(running["kafka"].endpoint, "services up")
+    if "pubsub" in running and not os.environ.get("PUBSUB_EMULATOR_HOST"):
+        os.environ["PUBSUB_EMULATOR_HOST"] = running["pubsub"].endpoint
+    if "s3" in running:
+        for key, value in running["s3"].env.items():
+            os.environ.setdefault(key, value)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
+    from pubsub_connect.pipelines.runtime import build_context, stages_for
+
+    run_config = cfg.load(args.connectors, args.worker, args.overrides)
+    _use_running_services(run_config.worker)
+    plans = []
+    for connector in run_config.connectors:
+        stages = list(stages_for(connector.kind))
+        if args.stage:
+            unknown = set(args.stage) - {s.name for s in stages}
+            if unknown:
+                names = ", ".join(s.name for s in stages)
+                raise cfg.ConfigError(f"{connector.name}: unknown stage(s) {sorted(unknown)} (stages: {names})")
+            stages = [s for s in stages if s.name in args.stage]
+        plans.append((connector, stages))
+
+    ctx = build_context(run_config.worker, once=args.once, progress=lambda line: print(line, flush=True))
+    print(f"pubsub-connect {__version__}: {ctx.caps.describe()}, storage {ctx.store.root}", flush=True)
+    if args.once:
+        for connector, stages in plans:
+            run_stages(ctx, connector, stages)
+            print(f"[{connector.name}] done", flush=True)
+        return 0
+
+    stop = threading.Event()
+    install_stop_signals(stop)
+    threads: list[threading.Thread] = []
+    errors: list[BaseException] = []
+
+    def target(connector: cfg.ConnectorConfig, stages: list) -> None:
+        try:
+            run_stages(ctx, connector, stages, stop)
+        except BaseException as exc:  # surfaced to the main thread below
+            errors.append(exc)
+            stop.set()
+
+    for connector, stages in plans:
+        thread = threading.Thread(target=target, args=(connector, stages), name=connector.name, daemon=True)
+        thread.start()
+        threads.append(thread)
+    print("running; press Ctrl-C to stop", flush=True)
+    for thread in threads:
+        while thread.is_alive():
+            thread.join(0.5)
+    if errors:
+        raise errors[0]
+    print("stopped", flush=True)
+    return 0
+
+
+def cmd_services(args: argparse.Namespace) -> int:
+    root = Path(args.storage_root)
+    names = tuple(n.strip() for n in args.only.split(",") if n.strip())
+    if args.action == "up":
+        running = svc.services_up(root, names)
+        _print_services(running)
+        print(f"stop them with: pubsub-connect services down --storage-root {root}")
+    elif args.action == "down":
+        stopped = svc.services_down(root)
+        print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    else:
+        running = svc.read_services(root)
+        if not running:
+            print("no services running")
+        _print_services(running)
+    return 0
+
+
+def _print_services(running: dict[str, svc.RunningService]) -> None:
+    for name, service in sorted(running.items()):
+        detail = {
+            "kafka": f"bootstrap.servers={service.endpoint}",
+            "pubsub": f"PUBSUB_EMULATOR_HOST={service.endpoint}",
+            "s3": f"s3.endpoint={service.endpoint}",
+        }.get(name, service.endpoint)
+        print(f"{name:7s} pid={service.pid:<7d} {detail}")
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from pubsub_connect.quickstart import run_quickstart
+
+    return run_quickstart(args.storage_root, args.records)
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from pubsub_connect.pipelines.archive import archive_read
+
+    if args.s3_endpoint:
+        os.environ["AWS_ENDPOINT_URL_S3"] = args.s3_endpoint
+    for record in archive_read(args.path, args.offset, args.count):
+        sys.stdout.buffer.write(record + b"\n")
+    sys.stdout.flush()
+    return 0
+
+
+COMMANDS = {
+    "validate": cmd_validate,
+    "run": cmd_run,
+    "services": cmd_services,
+    "quickstart": cmd_quickstart,
+    "archive": cmd_archive,
+}
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    from pubsub_connect.model.connect import DataError
+    from pubsub_connect.pipelines.base import ConnectorError
+    from pubsub_connect.pipelines.runtime import NotAvailableError
+
+    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if not args.debug:
+        logging.getLogger("py4j").setLevel(logging.ERROR)
+    try:
+        return COMMANDS[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except _user_errors() as exc:
+        if args.debug:
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:
+        if args.debug:
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        print(f"error: {type(exc).__name__}: {first} (run with --debug for details)", file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

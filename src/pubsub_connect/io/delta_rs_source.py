@@ -1,0 +1,209 @@
+"""A Python data source that reads Delta tables written by delta-rs, as a batch or a stream.
+
+Why: without Delta's jars Spark cannot ``readStream.format("delta")``. Our tables are
+append-only, so a streaming read is simple and exact: the offset is the Delta table version,
+and a micro-batch from version ``a`` (exclusive) to ``b`` (inclusive) reads the data files that
+the commits ``a+1 … b`` added (``add`` actions in ``_delta_log/<version>.json``). A replayed
+batch re-reads exactly the same files. Rows are returned as Arrow record batches.
+
+Options: ``path`` (the table), ``maxFilesPerTrigger`` (read limit; whole commits are never split
+so a commit's rows are processed together), ``startingVersion`` (default: from the beginning).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxFiles,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+FORMAT_NAME = "pubsub_connect_delta"
+_READ_BATCH_ROWS = 65_536
+
+
+def _log_path(table_path: str, version: int) -> str:
+    return posixpath.join(table_path, "_delta_log", f"{version:020d}.json")
+
+
+def _filesystem(table_path: str) -> tuple[Any, str]:
+    """A pyarrow filesystem and the path within it (local paths and URIs alike)."""
+    from pyarrow import fs
+
+    if "://" in table_path:
+        return fs.FileSystem.from_uri(table_path)
+    return fs.LocalFileSystem(), table_path
+
+
+def added_files(table_path: str, version: int) -> list[str]:
+    """Data files added by one commit, as paths relative to the table (in commit order)."""
+    filesystem, root = _filesystem(table_path)
+    with filesystem.open_input_stream(_log_path(root, version)) as stream:
+        text = stream.read().decode("utf-8")
+    files: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        add = action.get("add")
+        if add is not None and add.get("dataChange", True):
+            files.append(unquote(add["path"]))
+        if action.get("remove") is not None and action["remove"].get("dataChange", True):
+            raise ValueError(
+                f"{table_path} version {version} removes data: only append-only tables can be streamed"
+            )
+    return files
+
+
+def table_version(table_path: str) -> int:
+    """Latest committed version, -1 when the table does not exist yet."""
+    from deltalake import DeltaTable
+
+    if not DeltaTable.is_deltatable(table_path):
+        return -1
+    return int(DeltaTable(table_path).version())
+
+
+def table_schema(table_path: str) -> StructType:
+    from deltalake import DeltaTable
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(pa.schema(DeltaTable(table_path).schema().to_arrow()))
+
+
+class FilesPartition(InputPartition):
+    """Files to read in one task (absolute paths or URIs)."""
+
+    def __init__(self, files: list[str]):
+        super().__init__(files)
+        self.files = files
+
+
+def _read_files(files: Sequence[str], schema: StructType) -> Iterator[pa.RecordBatch]:
+    """Stream the files' rows as Arrow batches conformed to ``schema`` (order and types)."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    target = to_arrow_schema(schema, timezone="UTC")
+    for file in files:
+        filesystem, path = _filesystem(file)
+        with filesystem.open_input_file(path) as handle:
+            parquet = pq.ParquetFile(handle)
+            for batch in parquet.iter_batches(batch_size=_READ_BATCH_ROWS, columns=target.names):
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column(name).cast(field.type) for name, field in zip(target.names, target, strict=True)],
+                    schema=target,
+                )
+
+
+def _absolute(table_path: str, relative: str) -> str:
+    return relative if "://" in relative else posixpath.join(table_path, relative)
+
+
+class DeltaRsBatchReader(DataSourceReader):
+    def __init__(self, path: str, schema: StructType):
+        self.path = path
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        from deltalake import DeltaTable
+
+        if not DeltaTable.is_deltatable(self.path):
+            return []
+        uris = DeltaTable(self.path).file_uris()
+        return [FilesPartition([uri]) for uri in uris]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Spark may hand an empty InputPartition(None) when a batch planned no files.
+        yield from _read_files(partition.value or [], self.schema)
+
+
+class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{"version": N}``: everything committed up to and including version N."""
+
+    def __init__(self, path: str, schema: StructType, options: Mapping[str, str]):
+        self.path = path
+        self.schema = schema
+        self.max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
+        self.starting_version = int(options.get("startingVersion", "0"))
+        self._available_now_end: int | None = None
+
+    def initialOffset(self) -> dict:
+        return {"version": self.starting_version - 1}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = table_version(self.path)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        latest = table_version(self.path)
+        if self._available_now_end is not None:
+            latest = min(latest, self._available_now_end)
+        begin = int(start["version"])
+        if latest <= begin:
+            return {"version": begin}
+        if isinstance(limit, ReadMaxFiles):
+            budget = limit.max_files
+            end = begin
+            for version in range(begin + 1, latest + 1):
+                count = len(added_files(self.path, version))
+                if end > begin and count > budget:
+                    break
+                budget -= count
+                end = version
+                if budget <= 0:
+                    break
+            return {"version": end}
+        return {"version": latest}
+
+    def reportLatestOffset(self) -> dict | None:
+        return {"version": table_version(self.path)}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        parts: list[InputPartition] = []
+        for version in range(int(start["version"]) + 1, int(end["version"]) + 1):
+            files = [_absolute(self.path, f) for f in added_files(self.path, version)]
+            parts.extend(FilesPartition([f]) for f in files)
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Spark may hand an empty InputPartition(None) when a batch planned no files.
+        yield from _read_files(partition.value or [], self.schema)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: the table is the source of truth and is never modified here."""
+
+
+class DeltaRsDataSource(DataSource):
+    """``spark.read[Stream].format("pubsub_connect_delta").load(path)`` over a delta-rs table."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _path(self) -> str:
+        path = self.options.get("path")
+        if not path:
+            raise ValueError(f"{FORMAT_NAME}: the path option (or load(path)) is required")
+        return str(path)
+
+    def schema(self) -> StructType:
+        return table_schema(self._path())
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return DeltaRsBatchReader(self._path(), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return DeltaRsStreamReader(self._path(), schema, self.options)

@@ -1,0 +1,253 @@
+"""The table store: where each connector's bronze, outbox and dead-letter tables live.
+
+Why one small interface: every stage of every connector does the same three things — append a
+micro-batch exactly once, read a table, stream the appends of the previous stage — and must do
+them on Databricks (native Delta, Unity Catalog names) and locally (delta-rs, no jars) alike.
+
+Exactly-once appends: a micro-batch is written with a Delta transaction identifier
+(``appId`` = ``<connector>/<stage>``, ``version`` = batch id), as Spark's Delta sink does. Native
+Delta skips an already-committed version by itself (``txnAppId``/``txnVersion``); delta-rs does
+not, so :class:`DeltaRsTableStore` reads the table's recorded version first and skips a batch id
+it has already committed. A replayed batch therefore leaves the table unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pubsub_connect.io.spark import Capabilities
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger(__name__)
+
+BRONZE = "bronze"
+OUTBOX = "outbox"
+DLQ = "dlq"
+KINDS = (BRONZE, OUTBOX, DLQ)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A connector's table: ``kind`` is bronze | outbox | dlq, ``connector`` the connector name."""
+
+    kind: str
+    connector: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"table kind must be one of {KINDS}, got {self.kind!r}")
+
+
+def _join(root: str, *parts: str) -> str:
+    if "://" in root:
+        return posixpath.join(root, *parts)
+    return str(Path(root).joinpath(*parts))
+
+
+class TableStore(ABC):
+    """Tables under ``storage.root``: ``<root>/<kind>/<connector>``; checkpoints under
+    ``<root>/checkpoints/<connector>/<stage>``."""
+
+    def __init__(self, spark: SparkSession, root: str):
+        self.spark = spark
+        self.root = root if "://" in root else str(Path(root).resolve())
+
+    def path(self, table: TableRef) -> str:
+        return _join(self.root, table.kind, table.connector)
+
+    def checkpoint(self, connector: str, stage: str) -> str:
+        return _join(self.root, "checkpoints", connector, stage)
+
+    @abstractmethod
+    def exists(self, table: TableRef) -> bool: ...
+
+    @abstractmethod
+    def ensure(self, table: TableRef, schema: StructType) -> None:
+        """Create the table empty with ``schema`` when it does not exist (so the next stage can
+        start streaming from it before the first record arrives)."""
+
+    @abstractmethod
+    def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
+        """Append ``df`` once per (``app_id``, ``batch_id``). Returns False when skipped because
+        that batch id was already committed (a replay)."""
+
+    @abstractmethod
+    def committed_version(self, table: TableRef, app_id: str) -> int | None:
+        """Highest batch id committed by ``app_id``, None when it never wrote (informational on the
+        native backend, which enforces idempotency itself)."""
+
+    @abstractmethod
+    def read(self, table: TableRef) -> DataFrame: ...
+
+    @abstractmethod
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame: ...
+
+    def count(self, table: TableRef) -> int:
+        return self.read(table).count() if self.exists(table) else 0
+
+
+class DeltaRsTableStore(TableStore):
+    """The embedded default: real Delta tables written by delta-rs, read through
+    :mod:`pubsub_connect.io.delta_rs_source`. Micro-batches are collected to the driver as
+    Arrow (fine locally; on a cluster the native store is used)."""
+
+    def __init__(self, spark: SparkSession, root: str, storage_options: dict[str, str] | None = None):
+        super().__init__(spark, root)
+        self.storage_options = storage_options
+        from pubsub_connect.io.delta_rs_source import DeltaRsDataSource
+
+        spark.dataSource.register(DeltaRsDataSource)
+
+    def exists(self, table: TableRef) -> bool:
+        from deltalake import DeltaTable
+
+        return bool(DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options))
+
+    def ensure(self, table: TableRef, schema: StructType) -> None:
+        from deltalake import DeltaTable
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        if self.exists(table):
+            return
+        try:
+            DeltaTable.create(self.path(table), schema=to_arrow_schema(schema, timezone="UTC"), mode="ignore",
+                              storage_options=self.storage_options)
+        except Exception as exc:  # a concurrent stage created it first
+            if not self.exists(table):
+                raise RuntimeError(f"cannot create table {self.path(table)}: {exc}") from exc
+
+    def committed_version(self, table: TableRef, app_id: str) -> int | None:
+        from deltalake import DeltaTable
+
+        if not self.exists(table):
+            return None
+        version = DeltaTable(self.path(table), storage_options=self.storage_options).transaction_version(app_id)
+        return None if version is None else int(version)
+
+    def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
+        return self.append_arrow(table, df.toArrow(), app_id, batch_id)
+
+    def append_arrow(self, table: TableRef, data: object, app_id: str, batch_id: int) -> bool:
+        """Append an Arrow table idempotently; retried on a concurrent-commit conflict."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+        from deltalake.exceptions import CommitFailedError
+
+        for attempt in range(5):
+            committed = self.committed_version(table, app_id)
+            if committed is not None and committed >= batch_id:
+                log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
+                         app_id, committed)
+                return False
+            try:
+                write_deltalake(
+                    self.path(table),
+                    data,  # type: ignore[arg-type]
+                    mode="append",
+                    storage_options=self.storage_options,
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+                )
+                return True
+            except CommitFailedError:
+                time.sleep(0.05 * (attempt + 1))
+        raise RuntimeError(f"{self.path(table)}: could not commit batch {batch_id} of {app_id} after retries")
+
+    def read(self, table: TableRef) -> DataFrame:
+        return self.spark.read.format("pubsub_connect_delta").load(self.path(table))
+
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame:
+        reader = self.spark.readStream.format("pubsub_connect_delta")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        return reader.load(self.path(table))
+
+
+class SparkDeltaTableStore(TableStore):
+    """Native Delta (Databricks, or any Spark with Delta's jars). With ``catalog``/``schema``
+    tables are Unity Catalog managed tables named ``<catalog>.<schema>.<kind>_<connector>``;
+    otherwise path-based tables under the root."""
+
+    def __init__(self, spark: SparkSession, root: str, catalog: str | None = None, schema: str | None = None):
+        super().__init__(spark, root)
+        self.catalog = catalog
+        self.schema = schema
+
+    def table_name(self, table: TableRef) -> str | None:
+        if not (self.catalog and self.schema):
+            return None
+        connector = table.connector.replace("-", "_").replace(".", "_")
+        return f"`{self.catalog}`.`{self.schema}`.`{table.kind}_{connector}`"
+
+    def exists(self, table: TableRef) -> bool:
+        name = self.table_name(table)
+        if name:
+            return bool(self.spark.catalog.tableExists(name.replace("`", "")))
+        try:
+            self.spark.read.format("delta").load(self.path(table)).limit(0).collect()
+            return True
+        except Exception:
+            return False
+
+    def ensure(self, table: TableRef, schema: StructType) -> None:
+        if self.exists(table):
+            return
+        empty = self.spark.createDataFrame([], schema)
+        writer = empty.write.format("delta").mode("ignore")
+        name = self.table_name(table)
+        if name:
+            writer.saveAsTable(name.replace("`", ""))
+        else:
+            writer.save(self.path(table))
+
+    def committed_version(self, table: TableRef, app_id: str) -> int | None:
+        if not self.exists(table):
+            return None
+        target = self.table_name(table) or f"delta.`{self.path(table)}`"
+        rows = self.spark.sql(f"DESCRIBE HISTORY {target}").collect()
+        best: int | None = None
+        for row in rows:
+            params = row["operationParameters"] or {}
+            if params.get("txnAppId") == app_id and params.get("txnVersion") is not None:
+                version = int(params["txnVersion"])
+                best = version if best is None else max(best, version)
+        return best
+
+    def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
+        writer = (df.write.format("delta").mode("append").option("txnAppId", app_id)
+                  .option("txnVersion", str(batch_id)).option("mergeSchema", "false"))
+        name = self.table_name(table)
+        if name:
+            writer.saveAsTable(name.replace("`", ""))
+        else:
+            writer.save(self.path(table))
+        return True
+
+    def read(self, table: TableRef) -> DataFrame:
+        name = self.table_name(table)
+        return self.spark.read.table(name.replace("`", "")) if name else \
+            self.spark.read.format("delta").load(self.path(table))
+
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame:
+        reader = self.spark.readStream.format("delta")
+        if max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        name = self.table_name(table)
+        return reader.table(name.replace("`", "")) if name else reader.load(self.path(table))
+
+
+def table_store(spark: SparkSession, root: str, caps: Capabilities, catalog: str | None = None,
+                schema: str | None = None) -> TableStore:
+    """Pick the backend: native Delta when the session has it, delta-rs otherwise."""
+    if caps.native_delta:
+        return SparkDeltaTableStore(spark, root, catalog, schema)
+    if catalog or schema:
+        log.warning("storage.catalog/storage.schema need native Delta (Databricks); using paths under %s", root)
+    return DeltaRsTableStore(spark, root)

@@ -1,0 +1,49 @@
+"""Builds a :class:`PipelineContext` from a worker config and looks up a connector's stages.
+
+Kept apart from ``base`` so that importing the stage types does not start Spark, and from the
+CLI so that notebooks and Databricks job entry points build the very same context.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io.spark import build_session, capabilities
+from pubsub_connect.io.tables import table_store
+from pubsub_connect.pipelines.base import PipelineContext, Stage
+
+#: connector kind → module (under pubsub_connect.pipelines) exposing ``STAGES``.
+PIPELINE_MODULES = {
+    cfg.CPS_SINK: "cps_sink",
+    cfg.CPS_SOURCE: "cps_source",
+    cfg.LITE_SINK: "lite_sink",
+    cfg.LITE_SOURCE: "lite_source",
+    cfg.ARCHIVE: "archive",
+}
+
+
+class NotAvailableError(RuntimeError):
+    """The connector kind has no pipeline in this build."""
+
+
+def stages_for(kind: str) -> Sequence[Stage]:
+    module_name = PIPELINE_MODULES[kind]
+    try:
+        module = importlib.import_module(f"pubsub_connect.pipelines.{module_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name == f"pubsub_connect.pipelines.{module_name}":
+            raise NotAvailableError(f"the {kind} connector is not available in this version") from None
+        raise
+    return module.STAGES
+
+
+def build_context(worker: cfg.WorkerConfig, once: bool = True,
+                  progress: Callable[[str], None] = print) -> PipelineContext:
+    spark = build_session(worker.spark_conf)
+    caps = capabilities(spark, worker.get("pipeline.kafka.implementation"),
+                        worker.get("pipeline.tables.implementation"))
+    store = table_store(spark, worker.storage_root, caps, worker.get("storage.catalog"),
+                        worker.get("storage.schema"))
+    return PipelineContext(spark, worker, caps, store, once=once, progress=progress)
