@@ -402,41 +402,6 @@ def test_properties_on_random_floats() -> None:
         assert len(text.split("E")[0].lstrip("-").replace(".", "").strip("0")) <= 9
 
 
-def test_converters_module_agrees() -> None:
-    """``model.converters`` re-exports these functions; should it ever carry its own copy again,
-    both must still print the same text."""
-    converters = pytest.importorskip("pubsub_connect.model.converters")
-    if not hasattr(converters, "java_double_to_string"):
-        pytest.skip("converters no longer has its own java_double_to_string")
-    rng = random.Random(3)
-    for x in _random_doubles(rng, 3_000) + [_double(b) for k, b, _ in GOLDEN if k == "d"]:
-        assert converters.java_double_to_string(x) == java_double_to_string(x), x
-    for _, bits, _ in (g for g in GOLDEN if g[0] == "f"):
-        assert converters.java_float_to_string(_float(bits)) == java_float_to_string(_float(bits)), bits
-
-
-# ----------------------------------------------------------------------------------------------
-# Live comparison with a JDK >= 19 when one is installed (JDK 17 prints the old, longer digits).
-# ----------------------------------------------------------------------------------------------
-
-_GOLD_JAVA = """
-import java.io.*;
-public class Gold {
-  public static void main(String[] a) throws Exception {
-    BufferedReader r = new BufferedReader(new InputStreamReader(System.in));
-    PrintWriter w = new PrintWriter(new BufferedWriter(new OutputStreamWriter(System.out)));
-    for (String line; (line = r.readLine()) != null; ) {
-      String[] p = line.split(" ");
-      long bits = Long.parseUnsignedLong(p[1], 16);
-      if (p[0].equals("d")) w.println(Double.toString(Double.longBitsToDouble(bits)));
-      else w.println(Float.toString(Float.intBitsToFloat((int) bits)));
-    }
-    w.flush();
-  }
-}
-"""
-
-
 def _modern_java() -> str | None:
     candidates = []
     if os.environ.get("JAVA_HOME"):
