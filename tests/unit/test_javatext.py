@@ -402,6 +402,28 @@ def test_properties_on_random_floats() -> None:
         assert len(text.split("E")[0].lstrip("-").replace(".", "").strip("0")) <= 9
 
 
+# ----------------------------------------------------------------------------------------------
+# Live comparison with a JDK >= 19 when one is installed (JDK 17 prints the old, longer digits).
+# ----------------------------------------------------------------------------------------------
+
+_GOLD_JAVA = """
+import java.io.*;
+public class Gold {
+  public static void main(String[] a) throws Exception {
+    BufferedReader r = new BufferedReader(new InputStreamReader(System.in));
+    PrintWriter w = new PrintWriter(new BufferedWriter(new OutputStreamWriter(System.out)));
+    for (String line; (line = r.readLine()) != null; ) {
+      String[] p = line.split(" ");
+      long bits = Long.parseUnsignedLong(p[1], 16);
+      if (p[0].equals("d")) w.println(Double.toString(Double.longBitsToDouble(bits)));
+      else w.println(Float.toString(Float.intBitsToFloat((int) bits)));
+    }
+    w.flush();
+  }
+}
+"""
+
+
 def _modern_java() -> str | None:
     candidates = []
     if os.environ.get("JAVA_HOME"):
