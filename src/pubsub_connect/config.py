@@ -249,6 +249,10 @@ COMMON_KEYS: tuple[Key, ...] = (
        choices=("none", "all")),
     _k("errors.deadletterqueue.topic.name", "string", "",
        "Also produce dead-lettered records to this Kafka topic (the DLQ Delta table always gets them)."),
+    _k("errors.deadletterqueue.context.headers.enable", "boolean", False,
+       "Add __connect.errors.* headers (topic, partition, offset, exception) to DLQ topic records."),
+    _k("errors.deadletterqueue.topic.replication.factor", "int", 3, "Accepted for compatibility (unused).",
+       min=-1),
     _k("errors.log.enable", "boolean", False, "Log every dead-lettered record (without its bytes)."),
 )
 
@@ -403,6 +407,10 @@ WORKER_KEYS: tuple[Key, ...] = (
        choices=("auto", "delta-spark", "delta-rs")),
     _k("pipeline.trigger.interval.ms", "long", 1000, "Micro-batch interval in continuous mode.", min=0),
     _k("pipeline.max.records.per.batch", "long", 100_000, "Max Kafka records per ingest micro-batch.", min=1),
+    _k("pipeline.max.files.per.trigger", "long", 0,
+       "Max Delta files per convert/publish micro-batch (0 = all available).", min=0),
+    _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
+       "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
     _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", None, "Default for connectors."),
@@ -658,6 +666,13 @@ def load(connector_files: list[str | Path], worker_file: str | Path | None = Non
     if duplicates:
         raise ConfigError(f"connector name(s) used more than once: {', '.join(duplicates)}")
     return RunConfig(worker, connectors)
+
+
+def load_raw(connector: Mapping[str, str], worker: Mapping[str, str] | None = None) -> RunConfig:
+    """Validate in-memory key/value maps (benchmarks, notebooks, tests) like files would be."""
+    worker_config = validate_worker(dict(worker or {}), "<worker>")
+    name = connector.get("name", "connector")
+    return RunConfig(worker_config, [validate_connector(dict(connector), f"<{name}>", worker=worker_config)])
 
 
 def _parse_override(item: str) -> tuple[str | None, str, str]:

@@ -80,6 +80,14 @@ class TableStore(ABC):
         """Append ``df`` once per (``app_id``, ``batch_id``). Returns False when skipped because
         that batch id was already committed (a replay)."""
 
+    def append_rows(self, table: TableRef, rows: object, schema: StructType, app_id: str, batch_id: int) -> bool:
+        """Append an Arrow table built on the driver (e.g. pulled messages) idempotently."""
+        return self.append_batch(table, self.spark.createDataFrame(rows, schema), app_id, batch_id)
+
+    def row_count(self, table: TableRef) -> int:
+        """Rows in the table, from metadata where the backend keeps it."""
+        return self.count(table)
+
     @abstractmethod
     def committed_version(self, table: TableRef, app_id: str) -> int | None:
         """Highest batch id committed by ``app_id``, None when it never wrote (informational on the
@@ -135,6 +143,21 @@ class DeltaRsTableStore(TableStore):
 
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
         return self.append_arrow(table, df.toArrow(), app_id, batch_id)
+
+    def append_rows(self, table: TableRef, rows: object, schema: StructType, app_id: str, batch_id: int) -> bool:
+        return self.append_arrow(table, rows, app_id, batch_id)
+
+    def row_count(self, table: TableRef) -> int:
+        """Sum of the ``numRecords`` statistics delta-rs writes for every file: no data is read."""
+        from deltalake import DeltaTable
+
+        if not self.exists(table):
+            return 0
+        actions = DeltaTable(self.path(table), storage_options=self.storage_options).get_add_actions(flatten=True)
+        import pyarrow as pa
+
+        column = pa.table(actions).column("num_records")
+        return int(sum(v for v in column.to_pylist() if v is not None))
 
     def append_arrow(self, table: TableRef, data: object, app_id: str, batch_id: int) -> bool:
         """Append an Arrow table idempotently; retried on a concurrent-commit conflict."""

@@ -13,6 +13,7 @@ connector module only declares its stages and the runner decides how to drive th
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
 from pubsub_connect.io.spark import Capabilities
-from pubsub_connect.io.tables import TableStore
+from pubsub_connect.io.tables import TableRef, TableStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ class PipelineContext:
         if self.once:
             return {"availableNow": True}
         return {"processingTime": f"{int(self.worker.get('pipeline.trigger.interval.ms'))} milliseconds"}
+
+    def read_table_stream(self, table: TableRef) -> DataFrame:
+        """Stream a previous stage's appends, bounded by ``pipeline.max.files.per.trigger``."""
+        return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None)
 
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
         """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers and
@@ -106,19 +111,50 @@ class ProgressPrinter:
                     self.emit(_format_progress(name, progress))
 
 
-def _raise_if_failed(query: StreamingQuery, stage: str, config: ConnectorConfig) -> None:
-    exc = query.exception()
+_PY_ERROR_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+_WRAPPER_PREFIXES = ("org.", "java.", "py4j.", "pyspark.", "scala.")
+
+
+def error_line(exc: BaseException | str) -> str:
+    """The one line worth showing from an error that crossed Spark (Python worker → JVM →
+    foreachBatch → query): our own exception's message when present, else the innermost
+    Python error line, else the first line."""
+    text = str(exc).strip()
+    ours: list[str] = []
+    others: list[str] = []
+    for line in text.splitlines():
+        match = _PY_ERROR_LINE.match(line.strip())
+        if not match or match.group(1).startswith(_WRAPPER_PREFIXES):
+            continue
+        (ours if match.group(1).startswith("pubsub_connect.") or match.group(1) in _OUR_ERRORS else others).append(
+            f"{match.group(1).rsplit('.', 1)[-1]}: {match.group(2)}")
+    if ours:
+        # the innermost of ours: ConnectorError wraps the worker's PublishError etc.
+        return ours[0].split(": ", 1)[1] if ours[0].startswith("ConnectorError: ") else ours[0]
+    if others:
+        return others[-1]
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_OUR_ERRORS = frozenset({"ConnectorError", "DataError", "PublishError", "PubSubIOError", "AckError",
+                         "KafkaProduceError", "KafkaDataLossError", "KafkaOptionsError", "ConfigError"})
+
+
+def _raise_if_failed(query: StreamingQuery, stage: str, config: ConnectorConfig,
+                     exc: BaseException | None = None) -> None:
+    exc = exc or query.exception()
     if exc is None:
         return
-    message = str(exc).strip()
-    # Surface our own one-line errors raised inside foreachBatch rather than the JVM wrapper.
-    for marker in ("ConnectorError: ", "DataError: ", "PublishError: "):
-        if marker in message:
-            message = message.split(marker, 1)[1].splitlines()[0]
-            break
-    else:
-        message = message.splitlines()[0] if message else type(exc).__name__
-    raise ConnectorError(f"{config.name} {stage}: {message}")
+    raise ConnectorError(f"{config.name} {stage}: {error_line(exc)}")
+
+
+def _await(query: StreamingQuery, seconds: float) -> BaseException | None:
+    """Wait on a query; a failed query's exception is returned, not raised."""
+    try:
+        query.awaitTermination(seconds)
+    except Exception as exc:  # StreamingQueryException
+        return exc
+    return None
 
 
 def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[Stage],
@@ -129,11 +165,12 @@ def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[S
         for stage in stages:
             started = time.monotonic()
             query = stage.start(ctx, config)
-            while query.isActive:
-                query.awaitTermination(0.5)
+            failure: BaseException | None = None
+            while query.isActive and failure is None:
+                failure = _await(query, 0.5)
                 printer.poll([query])
             printer.poll([query])
-            _raise_if_failed(query, stage.name, config)
+            _raise_if_failed(query, stage.name, config, failure)
             log.info("%s %s done in %.1f s", config.name, stage.name, time.monotonic() - started)
         return
 

@@ -1,0 +1,95 @@
+"""Shared pieces of the benchmark scripts: services, data generation, bare-client baselines, output.
+
+Every benchmark measures the product and a bare-client baseline in the same run, on the same
+machine and services, and reports the ratio: absolute numbers depend on the machine, ratios less.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+
+
+def payload(size: int, seq: int) -> bytes:
+    """A ``size``-byte record body that starts with its sequence id (so it can be checked)."""
+    head = f"{seq:012d}|".encode()
+    return head + b"x" * (size - len(head))
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3) -> float:
+    """Create ``topic`` and produce ``count`` records; returns seconds."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000})
+    started = time.perf_counter()
+    for seq in range(count):
+        while True:
+            try:
+                producer.produce(topic, payload(size, seq), key=str(seq % 100).encode())
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(120):
+        raise RuntimeError("produce did not complete")
+    return time.perf_counter() - started
+
+
+def bare_consume(bootstrap: str, topic: str, count: int, partitions: int = 3) -> float:
+    """A plain confluent-kafka consumer reading ``count`` records from the start; returns seconds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                         "enable.auto.commit": False, "fetch.max.bytes": 52_428_800})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen = 0
+    started = time.perf_counter()
+    while seen < count:
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error() is None:
+                seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def bare_publish(project: str, topic: str, count: int, size: int, max_messages: int = 100) -> float:
+    """The official publisher alone (same batch settings as the sink's defaults); returns seconds."""
+    from google.cloud import pubsub_v1
+
+    client = pubsub_v1.PublisherClient(batch_settings=pubsub_v1.types.BatchSettings(
+        max_messages=max_messages, max_bytes=9_500_000, max_latency=0.1))
+    path = client.topic_path(project, topic)
+    client.create_topic(request={"name": path})
+    started = time.perf_counter()
+    futures = [client.publish(path, payload(size, seq)) for seq in range(count)]
+    for future in futures:
+        future.result(timeout=300)
+    elapsed = time.perf_counter() - started
+    client.stop()
+    return elapsed
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **results}, indent=2))
+    return path
+
+
+def table(rows: list[tuple[str, str]]) -> str:
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)

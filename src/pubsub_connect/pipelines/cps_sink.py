@@ -1,0 +1,152 @@
+"""Cloud Pub/Sub sink connector: Kafka → bronze → outbox → Pub/Sub.
+
+The stages (each a streaming query with its own checkpoint, each runnable alone):
+
+1. ``ingest``  — Kafka ``topics``/``topics.regex`` → ``bronze/<name>`` (shared Kafka ingest);
+2. ``convert`` — bronze → ``outbox/<name>``: Google's data model (``model.cps_sink``) as column
+   expressions / Arrow batches; records that cannot be converted → ``dlq/<name>``, or, with
+   ``errors.tolerance=none``, the connector stops naming the first such record;
+3. ``publish`` — outbox → Pub/Sub with the official publisher. A micro-batch (and so the
+   checkpoint) commits only after every publish future succeeded: at-least-once, no loss.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.io.pubsub import BatchPublisher, PublisherConfig
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.cps_sink import CpsSinkSettings, to_outbox
+from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line, query_name
+from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.kafka_ingest import ingest
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+
+def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
+    """The properties that shape messages, as the pure model's settings."""
+    return CpsSinkSettings(
+        message_body_name=str(config.get("messageBodyName")),
+        metadata_publish=bool(config.get("metadata.publish")),
+        headers_publish=bool(config.get("headers.publish")),
+        ordering_key_source=str(config.get("orderingKeySource")),
+        key_converter=str(config.get("key.converter")),
+        value_converter=str(config.get("value.converter")),
+        key_schemas_enable=bool(config.get("key.converter.schemas.enable")),
+        value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
+    )
+
+
+def convert_batch(bronze_batch: DataFrame, settings: CpsSinkSettings) -> tuple[DataFrame, DataFrame]:
+    """One bronze micro-batch → (outbox rows, dead-letter rows). Pure DataFrame transformation,
+    so tests call it directly on a local session."""
+    converted = to_outbox(bronze_batch, settings)
+    good = (converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull())
+            .select(*[f.name for f in PUBSUB_OUTBOX.fields]))
+    bad = converted.filter(F.col("error_class").isNotNull()).select(
+        F.lit("convert").alias("stage"), "topic", "partition", "offset", "key", "value",
+        "error_class", "error_message", F.current_timestamp().alias("failed_at"))
+    return good, bad
+
+
+def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
+    ctx.store.ensure(bronze, KAFKA_BRONZE)
+    ctx.store.ensure(outbox, PUBSUB_OUTBOX)
+    ctx.store.ensure(dlq, KAFKA_DLQ)
+    settings = sink_settings(config)
+    app_id = f"{config.name}/convert"
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            good, bad = convert_batch(batch, settings)
+            bad = bad.persist()
+            try:
+                dead_letter(ctx, config, dlq, bad, batch_id)
+                ctx.store.append_batch(outbox, good, app_id, batch_id)
+            finally:
+                bad.unpersist()
+        finally:
+            batch.unpersist()
+
+    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
+            .queryName(query_name(config, "convert"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+class PublishPartition:
+    """``mapInArrow`` function: publishes one Spark partition of outbox rows and yields how many
+    were published. Raises (failing the task, hence the batch) unless every publish succeeded."""
+
+    def __init__(self, publisher_config: PublisherConfig):
+        self.publisher_config = publisher_config
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with BatchPublisher(self.publisher_config) as publisher:
+            stats = publisher.publish_all(_messages(batches))
+        yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
+
+
+def _messages(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[bytes, dict[str, str], str]]:
+    for batch in batches:
+        data = batch.column("data").to_pylist()
+        attributes = batch.column("attributes").to_pylist()
+        ordering_keys = batch.column("ordering_key").to_pylist()
+        for body, attrs, key in zip(data, attributes, ordering_keys, strict=True):
+            yield body, dict(attrs) if attrs else {}, key or ""
+
+
+def publish_batch(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int) -> int:
+    """Publish a micro-batch; returns the number of messages Pub/Sub accepted.
+
+    With ordering keys, rows of one key go to one task in Kafka order (``topic, partition,
+    offset``), and the client publishes them in that order; batches are published one after the
+    other, so the order holds across micro-batches too.
+    """
+    if publisher_config.enable_message_ordering:
+        rows = outbox_batch.repartition(tasks, "ordering_key").sortWithinPartitions("topic", "partition", "offset")
+    else:
+        rows = outbox_batch.repartition(tasks)
+    counts = (rows.select("data", "attributes", "ordering_key")
+              .mapInArrow(PublishPartition(publisher_config), "published long")
+              .collect())
+    return sum(int(row.published) for row in counts)
+
+
+def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    outbox = TableRef(OUTBOX, config.name)
+    ctx.store.ensure(outbox, PUBSUB_OUTBOX)
+    publisher_config = PublisherConfig.from_connector(config)
+    tasks = int(config.get("tasks.max"))
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        try:
+            published = publish_batch(batch, publisher_config, tasks)
+        except Exception as exc:
+            raise ConnectorError(f"publish of batch {batch_id} to {publisher_config.topic_path} failed: "
+                                 f"{error_line(exc)}") from exc
+        log.info("%s publish batch %d: %d messages", config.name, batch_id, published)
+
+    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "publish"))
+            .queryName(query_name(config, "publish"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]

@@ -1,0 +1,68 @@
+"""Dead-letter handling shared by the convert stages, with Kafka Connect's error semantics.
+
+``errors.tolerance=none`` (Connect's default): the first record that cannot be converted stops
+the connector with one line naming its coordinates — before anything of that micro-batch is
+written, so a fixed config (or ``errors.tolerance=all``) reprocesses it. ``all``: such records
+land in ``dlq/<name>`` with the reason, optionally also in the Kafka topic
+``errors.deadletterqueue.topic.name``, and the rest flows.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.io.kafka_source import write_kafka
+from pubsub_connect.io.tables import TableRef
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext
+
+log = logging.getLogger(__name__)
+
+
+def _coordinates(row: object) -> str:
+    if getattr(row, "message_id", None) is not None:
+        return f"message_id {row.message_id}"  # type: ignore[attr-defined]
+    return f"{row.topic}/{row.partition}@{row.offset}"  # type: ignore[attr-defined]
+
+
+def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int) -> int:
+    """Apply the tolerance to a micro-batch's bad rows (``KAFKA_DLQ``-shaped); returns their count."""
+    count = bad.count()
+    if count == 0:
+        return 0
+    order = [c for c in ("topic", "partition", "offset", "message_id") if c in bad.columns]
+    first = bad.orderBy(*order).first()
+    if config.get("errors.tolerance") == "none":
+        raise ConnectorError(
+            f"record {_coordinates(first)} cannot be converted: {first.error_class}: {first.error_message} "
+            f"(errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")
+    if config.get("errors.log.enable"):
+        for row in bad.select(*order, "error_class", "error_message").collect():
+            log.warning("%s: dead-lettered %s: %s: %s", config.name, _coordinates(row), row.error_class,
+                        row.error_message)
+    ctx.store.append_batch(dlq, bad, f"{config.name}/convert-dlq", batch_id)
+    topic = config.get("errors.deadletterqueue.topic.name")
+    if topic:
+        _produce_to_dlq_topic(ctx, config, bad, topic)
+    return count
+
+
+def _produce_to_dlq_topic(ctx: PipelineContext, config: ConnectorConfig, bad: DataFrame, topic: str) -> None:
+    """Like Connect's DLQ topic: the original key/value, plus context headers when enabled."""
+    columns = [F.col("key"), F.col("value")]
+    if config.get("errors.deadletterqueue.context.headers.enable"):
+        def header(name: str, column: F.Column) -> F.Column:
+            return F.struct(F.lit(f"__connect.errors.{name}").alias("key"),
+                            F.encode(column.cast("string"), "UTF-8").alias("value"))
+
+        coordinates = [c for c in ("topic", "partition", "offset", "message_id") if c in bad.columns]
+        columns.append(F.array(
+            *[header(c, F.col(c)) for c in coordinates], header("connector.name", F.lit(config.name)),
+            header("stage", F.col("stage")), header("exception.class.name", F.col("error_class")),
+            header("exception.message", F.col("error_message")),
+        ).alias("headers"))
+    options = {**ctx.kafka_client_options("producer."), "topic": topic}
+    write_kafka(bad.select(*columns), options, caps=ctx.caps)

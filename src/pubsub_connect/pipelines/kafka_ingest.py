@@ -1,0 +1,66 @@
+"""The ingest stage shared by every connector that reads Kafka: Kafka → ``bronze/<name>``.
+
+Why shared: the Pub/Sub sink, the Lite sink and the archive all start by landing Kafka records
+verbatim; the Kafka source's offsets live in this stage's checkpoint (the Connect offsets of the
+original), and each micro-batch is appended exactly once (Delta txn ``<name>/ingest``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.io.kafka_source import read_kafka
+from pubsub_connect.io.tables import BRONZE, TableRef
+from pubsub_connect.model.schemas import KAFKA_BRONZE
+from pubsub_connect.pipelines.base import PipelineContext, query_name
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+STAGE = "ingest"
+
+
+def kafka_read_options(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, str]:
+    """Spark Kafka source options for a sink connector's ``topics`` / ``topics.regex``.
+
+    Like a Connect sink's consumer (``auto.offset.reset=earliest``), a new connector starts at
+    the earliest offset; afterwards the checkpoint decides. Worker ``consumer.*`` keys and the
+    connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options.
+    """
+    options = ctx.kafka_client_options("consumer.")
+    for key, value in config.passthrough.items():
+        if key.startswith("consumer.override."):
+            options["kafka." + key[len("consumer.override."):]] = value
+    topics = config.get("topics")
+    if topics:
+        options["subscribe"] = ",".join(topics)
+    else:
+        options["subscribePattern"] = str(config.get("topics.regex"))
+    options.update({
+        "startingOffsets": "earliest",
+        "includeHeaders": "true",
+        "failOnDataLoss": "true",
+        "maxOffsetsPerTrigger": str(ctx.worker.get("pipeline.max.records.per.batch")),
+    })
+    return options
+
+
+def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    bronze = TableRef(BRONZE, config.name)
+    ctx.store.ensure(bronze, KAFKA_BRONZE)
+    records = read_kafka(ctx.spark, kafka_read_options(ctx, config), caps=ctx.caps)
+    landed = records.select(*[F.col(f.name) for f in KAFKA_BRONZE.fields if f.name != "ingest_time"],
+                            F.current_timestamp().alias("ingest_time"))
+    app_id = f"{config.name}/{STAGE}"
+
+    def append(batch, batch_id: int) -> None:
+        ctx.store.append_batch(bronze, batch, app_id, batch_id)
+
+    return (landed.writeStream.foreachBatch(append)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, STAGE))
+            .queryName(query_name(config, STAGE))
+            .trigger(**ctx.trigger())
+            .start())

@@ -1,0 +1,42 @@
+"""Helpers for the connector end-to-end tests: build configs, run stages in-process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io.spark import capabilities
+from pubsub_connect.io.tables import table_store
+from pubsub_connect.pipelines.base import PipelineContext, run_stages
+from pubsub_connect.pipelines.runtime import stages_for
+
+PROJECT = "test-project"
+
+
+def sink_config(name: str, kafka_topic: str, pubsub_topic: str, **extra: str) -> cfg.ConnectorConfig:
+    return cfg.validate_connector({
+        "name": name, "connector.class": "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector",
+        "topics": kafka_topic, "cps.project": PROJECT, "cps.topic": pubsub_topic, "cps.useEmulator": "true",
+        "tasks.max": "2", **extra}, f"<{name}>")
+
+
+def source_config(name: str, subscription: str, kafka_topic: str, **extra: str) -> cfg.ConnectorConfig:
+    return cfg.validate_connector({
+        "name": name, "connector.class": "com.google.pubsub.kafka.source.CloudPubSubSourceConnector",
+        "cps.project": PROJECT, "cps.subscription": subscription, "kafka.topic": kafka_topic,
+        "cps.useEmulator": "true", "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        **extra}, f"<{name}>")
+
+
+def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, **worker: str) -> PipelineContext:
+    worker_config = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(root), **worker})
+    caps = capabilities(spark)
+    sink = lines.append if lines is not None else (lambda _line: None)
+    return PipelineContext(spark, worker_config, caps, table_store(spark, str(root), caps), once=True, progress=sink)
+
+
+def run_once(spark, bootstrap: str, root: Path, connector: cfg.ConnectorConfig, lines: list[str] | None = None,
+             **worker: str) -> PipelineContext:
+    ctx = context(spark, bootstrap, root, lines, **worker)
+    run_stages(ctx, connector, stages_for(connector.kind))
+    return ctx
