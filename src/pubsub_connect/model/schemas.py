@@ -96,3 +96,47 @@ PUBSUB_DLQ = StructType([
     StructField("error_message", StringType()),
     StructField("failed_at", TimestampType()),
 ])
+
+
+# Pub/Sub Lite (issue 5). Same columns as ``model.lite``'s Arrow schemas / DDL, all nullable so
+# that Spark DataFrames and Arrow batches append alike.
+
+#: Lite's multi-valued attributes: name → values in order.
+LITE_ATTRIBUTES = MapType(StringType(), ArrayType(BinaryType()))
+
+#: outbox/<name> of the Lite sink: one row per Lite message, with its Kafka source coordinates
+#: (tracing, and the partition for ``pubsublite.ordering.mode=KAFKA``).
+LITE_OUTBOX = StructType([
+    StructField("key", BinaryType()),
+    StructField("data", BinaryType()),
+    StructField("attributes", LITE_ATTRIBUTES),
+    StructField("event_time", TimestampType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+])
+
+#: A message as read from a Lite partition (the Lite source's Spark schema).
+LITE_MESSAGE_FIELDS = [
+    StructField("partition", LongType()),
+    StructField("offset", LongType()),
+    StructField("key", BinaryType()),
+    StructField("data", BinaryType()),
+    StructField("attributes", LITE_ATTRIBUTES),
+    StructField("event_time", TimestampType()),
+    StructField("publish_time", TimestampType()),
+]
+
+#: bronze/<name> of the Lite source: messages as read, one row per (partition, offset).
+LITE_BRONZE = StructType([*LITE_MESSAGE_FIELDS, StructField("ingest_time", TimestampType())])
+
+#: outbox/<name> of the Lite source: the Kafka record (explicit partition) and its Lite origin.
+LITE_KAFKA_OUTBOX = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("headers", KAFKA_HEADERS),
+    StructField("partition", IntegerType()),
+    StructField("timestamp", TimestampType()),
+    StructField("lite_partition", LongType()),
+    StructField("lite_offset", LongType()),
+])

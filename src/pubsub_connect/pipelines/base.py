@@ -47,6 +47,16 @@ class PipelineContext:
     store: TableStore
     once: bool = True
     progress: Callable[[str], None] = field(default=print)
+    #: Cleanups registered by stages (e.g. a driver-side producer), run when the stage stops.
+    closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def close_resources(self) -> None:
+        while self.closers:
+            closer = self.closers.pop()
+            try:
+                closer()
+            except Exception as exc:  # a failed cleanup must not hide the stage's own outcome
+                log.warning("cleanup failed: %s", exc)
 
     def trigger(self) -> dict[str, Any]:
         if self.once:
@@ -166,10 +176,13 @@ def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[S
             started = time.monotonic()
             query = stage.start(ctx, config)
             failure: BaseException | None = None
-            while query.isActive and failure is None:
-                failure = _await(query, 0.5)
+            try:
+                while query.isActive and failure is None:
+                    failure = _await(query, 0.5)
+                    printer.poll([query])
                 printer.poll([query])
-            printer.poll([query])
+            finally:
+                ctx.close_resources()
             _raise_if_failed(query, stage.name, config, failure)
             log.info("%s %s done in %.1f s", config.name, stage.name, time.monotonic() - started)
         return
@@ -191,6 +204,7 @@ def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[S
             if query.isActive:
                 query.stop()
         printer.poll(queries)
+        ctx.close_resources()
 
 
 def install_stop_signals(stop_event: threading.Event) -> None:

@@ -1,0 +1,185 @@
+"""Exactly-once micro-batch writes to Kafka with a transactional producer.
+
+Why: Spark's Kafka sink is at-least-once — a micro-batch replayed after a crash (produced, but
+the checkpoint not yet committed) is produced twice. The source connectors promise no duplicates
+in Kafka, so their produce stage writes each micro-batch in one Kafka transaction together with
+a *marker* record ``{connector, batch_id}`` in a small marker topic. On start the writer reads
+the marker topic (``read_committed``) to learn the last batch that really committed; a replayed
+batch at or below it is skipped. A crash mid-transaction leaves an open transaction that the
+next ``init_transactions`` with the same ``transactional.id`` aborts (fencing), so consumers
+with ``isolation.level=read_committed`` see every record exactly once.
+
+This is the same idea as Kafka Connect's exactly-once source support (KIP-618), where offsets
+are written in the producer's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MARKER_TOPIC = "pubsub-connect-offsets"
+
+
+class KafkaTransactionError(RuntimeError):
+    """A transactional write failed (the batch is not committed and will be retried)."""
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    """A record to produce. ``partition`` None lets the producer's partitioner choose (murmur2,
+    like Java's default partitioner); ``timestamp_ms`` None uses the producer's time."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None = None
+    partition: int | None = None
+    timestamp_ms: int | None = None
+
+
+class TransactionalBatchWriter:
+    """Writes numbered micro-batches to one topic exactly once. Driver-side, one per stage."""
+
+    def __init__(self, client_config: Mapping[str, str], transactional_id: str, topic: str,
+                 marker_topic: str = DEFAULT_MARKER_TOPIC, timeout_s: float = 60.0):
+        self.client_config = dict(client_config)
+        self.transactional_id = transactional_id
+        self.topic = topic
+        self.marker_topic = marker_topic
+        self.timeout_s = timeout_s
+        self._producer: Any = None
+        self._last_batch: int | None = None
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _ensure_marker_topic(self) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({k: v for k, v in self.client_config.items()
+                             if k.startswith(("bootstrap.", "security.", "sasl.", "ssl."))})
+        futures = admin.create_topics([NewTopic(self.marker_topic, 1, -1)], operation_timeout=self.timeout_s)
+        try:
+            futures[self.marker_topic].result(self.timeout_s)
+        except Exception as exc:  # TOPIC_ALREADY_EXISTS is fine
+            if "already exists" not in str(exc).lower() and "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise KafkaTransactionError(f"cannot create marker topic {self.marker_topic}: {exc}") from exc
+
+    def _start(self) -> None:
+        """Create the producer (fencing any earlier instance and aborting its open transaction),
+        then read the last committed batch id from the marker topic."""
+        from confluent_kafka import Producer
+
+        self._ensure_marker_topic()
+        self._producer = Producer({
+            "partitioner": "murmur2_random",  # Java's default partitioner for keyed records
+            **self.client_config,
+            "transactional.id": self.transactional_id,
+            "enable.idempotence": True,
+        })
+        self._producer.init_transactions(self.timeout_s)
+        self._last_batch = self._read_last_batch()
+        log.info("%s: last committed batch %s", self.transactional_id, self._last_batch)
+
+    def _read_last_batch(self) -> int | None:
+        """Scan the marker topic to its (committed) end for this writer's latest batch id."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({
+            **{k: v for k, v in self.client_config.items() if k.startswith(("bootstrap.", "security.", "sasl.",
+                                                                                "ssl."))},
+            "group.id": f"{self.transactional_id}-marker-reader",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        })
+        last: int | None = None
+        try:
+            consumer.assign([TopicPartition(self.marker_topic, 0, 0)])
+            deadline = time.monotonic() + self.timeout_s
+            while time.monotonic() < deadline:
+                message = consumer.poll(1.0)
+                if message is None:
+                    continue
+                if message.error() is not None:
+                    if message.error().code() == KafkaError._PARTITION_EOF:
+                        return last
+                    raise KafkaTransactionError(f"reading {self.marker_topic}: {message.error()}")
+                if message.key() == self.transactional_id.encode():
+                    last = int(json.loads(message.value())["batch_id"])
+            raise KafkaTransactionError(f"reading {self.marker_topic} did not reach its end in {self.timeout_s} s")
+        finally:
+            consumer.close()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    @property
+    def last_committed_batch(self) -> int | None:
+        if self._producer is None:
+            self._start()
+        return self._last_batch
+
+    def write_batch(self, batch_id: int, records: Iterable[OutRecord]) -> int:
+        """Produce ``records`` and the marker for ``batch_id`` in one transaction.
+
+        Returns how many records were written; 0 (and nothing written) when ``batch_id`` was
+        already committed, which is what happens when Spark replays the last batch.
+        """
+        last = self.last_committed_batch
+        if last is not None and batch_id <= last:
+            log.info("%s: batch %d already committed (last %d); skipped", self.transactional_id, batch_id, last)
+            return 0
+        producer = self._producer
+        errors: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        producer.begin_transaction()
+        count = 0
+        try:
+            for record in records:
+                kwargs: dict[str, Any] = {"key": record.key, "value": record.value, "on_delivery": on_delivery}
+                if record.partition is not None:
+                    kwargs["partition"] = record.partition
+                if record.timestamp_ms is not None:
+                    kwargs["timestamp"] = record.timestamp_ms
+                if record.headers:
+                    kwargs["headers"] = record.headers
+                while True:
+                    try:
+                        producer.produce(self.topic, **kwargs)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+                count += 1
+                if count % 10_000 == 0:
+                    producer.poll(0)
+            producer.produce(self.marker_topic, key=self.transactional_id.encode(),
+                             value=json.dumps({"batch_id": batch_id, "records": count}).encode(),
+                             partition=0, on_delivery=on_delivery)
+            producer.flush(self.timeout_s)
+            if errors:
+                raise KafkaTransactionError(f"{len(errors)} record(s) failed: {errors[0]}")
+            producer.commit_transaction(self.timeout_s)
+        except BaseException as exc:
+            try:
+                producer.abort_transaction(self.timeout_s)
+            except Exception:  # the producer may be fenced or broken; the next start aborts
+                self._producer = None
+            if isinstance(exc, KafkaTransactionError):
+                raise
+            raise KafkaTransactionError(f"transaction for batch {batch_id} failed: {exc}") from exc
+        self._last_batch = batch_id
+        return count
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(self.timeout_s)
+            self._producer = None

@@ -1,0 +1,919 @@
+"""Cloud Pub/Sub message → Kafka record: the source connector's data model (issue 9).
+
+Two implementations of one mapping, kept side by side so they can be checked against each other:
+
+* a **per-record reference** (:func:`message_to_record`, :func:`reference_outbox`) written to read
+  like the behaviour of Google's ``CloudPubSubSourceTask``;
+* a **batch implementation** (:func:`to_kafka_outbox`) in Spark column expressions, used by the
+  convert stage (bronze → outbox). Unit tests assert both give identical rows.
+
+Behaviour, as Google's connector unless marked *divergence*:
+
+* **Key**: the value of attribute ``kafka.key.attribute``, or the ordering key when that option is
+  ``orderingKey`` (Pub/Sub reports a missing ordering key as ``""``, so the key is then ``""``, not
+  null, as in the original), else null. Kafka key bytes = UTF-8 of the string (what the usual
+  ``StringConverter`` key converter writes).
+* **Timestamp**: attribute ``kafka.timestamp.attribute`` parsed like Java ``Long.valueOf``; when it
+  is missing or not a long, the publish time in ms. *Divergences*: only ASCII digits are accepted
+  (Java also accepts other Unicode decimal digits), and a parsed value outside
+  ``0 ≤ ts ≤ 253402300799999`` (9999-12-31T23:59:59.999Z) makes the message a dead-letter row
+  (:class:`InvalidTimestampError`): Kafka rejects negative timestamps, which crashes the original
+  task, and later years cannot be represented by Spark/Python readers of the outbox.
+* **Custom attributes** exist when an attribute other than the key and timestamp attributes is
+  present, or the ordering key is non-empty and ``cps.makeOrderingKeyAttribute=true``.
+  Without them the value is the data bytes. With them and ``kafka.record.headers=true`` the value is
+  the data bytes and every attribute except the key attribute becomes a string header (UTF-8), plus
+  ``orderingKey``. Otherwise the value is a Connect STRUCT: ``message`` (BYTES) then one STRING
+  field per attribute except the key attribute, then ``orderingKey``, serialized by the configured
+  ``value.converter``. As in the original, the timestamp attribute is not excluded.
+* **Ordering of attributes** (*divergence*, deterministic by design): the original follows the
+  protobuf map's iteration order, which is not specified. Here headers and struct fields are sorted
+  by attribute name (code point order, equal to Spark's UTF-8 byte order), ``orderingKey`` last.
+* **Field name collisions** (*divergence*): an attribute named ``message`` (or ``orderingKey`` when
+  the ordering key is added too) cannot become a second struct field of that name. The original
+  throws inside ``poll()``, logs "treating as an empty poll" and never acks, so the message is
+  redelivered forever; here it becomes a dead-letter row (:class:`DuplicateFieldError`). Headers
+  may repeat, so headers mode has no such error.
+* **BYTES values are not run through the value converter**: the data bytes are the Kafka value,
+  whatever ``value.converter`` is, as issue 9 specifies (the original would wrap them in a JSON
+  envelope under ``JsonConverter``). Only the STRUCT goes through the converter.
+* **Partitions** (``kafka.partition.scheme``): see :func:`select_partition` and
+  :func:`partition_for_hash`; ``hash_value`` hashes the data bytes (*divergence*: the original
+  hashes a JVM identity, i.e. is random).
+
+Batch specifics: a batch is first de-duplicated on ``message_id`` (Pub/Sub redelivers; the earliest
+``ingest_time`` wins; across batches is the caller's job) and round-robin partitions are handed
+out in (publish time in ms, message_id) order starting at ``start_counter``, so a replayed batch
+yields identical partitions. Dead-letter rows do not consume the round-robin counter.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from array import array
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pubsub_connect.model.connect import BYTES, STRING, DataError, Field, Schema, Struct, Type
+from pubsub_connect.model.converters import JSON_CONVERTER, Converter, make_converter
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+
+# ---------------------------------------------------------------------------------------------
+# Names and constants
+# ---------------------------------------------------------------------------------------------
+
+#: ``kafka.key.attribute`` value that selects the ordering key; also the header/field name used
+#: when ``cps.makeOrderingKeyAttribute=true``.
+ORDERING_KEY_ATTRIBUTE = "orderingKey"
+#: Struct field carrying the message data.
+MESSAGE_FIELD = "message"
+
+ROUND_ROBIN = "round_robin"
+HASH_KEY = "hash_key"
+HASH_VALUE = "hash_value"
+KAFKA_PARTITIONER = "kafka_partitioner"
+ORDERING_KEY = "ordering_key"
+PARTITION_SCHEMES = (ROUND_ROBIN, HASH_KEY, HASH_VALUE, KAFKA_PARTITIONER, ORDERING_KEY)
+
+#: Largest accepted timestamp: 9999-12-31T23:59:59.999Z in epoch ms.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+#: Schema of the attribute fields of the STRUCT value. Required STRING like the original
+#: (``Schema.STRING_SCHEMA``): attribute values are never null, and the JsonConverter envelope
+#: schema then matches the original's (``"optional":false``).
+ATTRIBUTE_FIELD_SCHEMA = STRING
+
+_INT_MIN = -(1 << 31)
+_MASK32 = 0xFFFFFFFF
+_LONG_MIN = -(1 << 63)
+_LONG_MAX = (1 << 63) - 1
+#: Java ``Long.valueOf`` syntax restricted to ASCII digits. ``\Z`` (Python) / ``\z`` (Java, used
+#: in Spark) anchor at the very end: ``$`` would accept a trailing newline that Java rejects.
+_LONG_RE = re.compile(r"[+-]?[0-9]+\Z")
+_LONG_SQL_RE = r"^[+-]?[0-9]+\z"
+
+#: Output schema of :func:`to_kafka_outbox` (the Kafka outbox table contract).
+OUTBOX_COLUMNS = (
+    "key",
+    "value",
+    "headers",
+    "partition",
+    "timestamp",
+    "message_id",
+    "error_class",
+    "error_message",
+)
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+_ATTRIBUTES_TYPE = "map<string,string>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+class UnsupportedConverterError(ValueError):
+    """``value.converter`` cannot serialize the values this connector produces (config error)."""
+
+
+class InvalidTimestampError(DataError):
+    """The timestamp attribute is a long outside the range Kafka and the outbox accept."""
+
+    error_class = "InvalidTimestampError"
+
+
+class DuplicateFieldError(DataError):
+    """An attribute would become a second struct field named ``message`` or ``orderingKey``."""
+
+    error_class = "DuplicateFieldError"
+
+
+def _timestamp_error_message(attribute: str, value: int | str) -> str:
+    return (
+        f"kafka.timestamp.attribute '{attribute}' = {value} is outside the Kafka timestamp range "
+        f"0..{MAX_TIMESTAMP_MS} ms"
+    )
+
+
+def _duplicate_field_message(name: str) -> str:
+    return (
+        f"attribute '{name}' collides with the value struct field '{name}'; "
+        "rename the attribute or set kafka.record.headers=true"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings and records
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpsSourceSettings:
+    """The options of the source connector that the data model depends on.
+
+    Deliberately independent of the config module, so the model stays a pure function of these
+    values (and picklable for Spark workers).
+    """
+
+    kafka_key_attribute: str | None = None
+    kafka_timestamp_attribute: str | None = None
+    make_ordering_key_attribute: bool = False
+    kafka_record_headers: bool = False
+    partition_scheme: str = ROUND_ROBIN
+    partition_count: int = 1
+    value_converter: str = JSON_CONVERTER
+    value_schemas_enable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.partition_scheme not in PARTITION_SCHEMES:
+            raise ValueError(
+                f"kafka.partition.scheme={self.partition_scheme!r} is not one of {', '.join(PARTITION_SCHEMES)}"
+            )
+        if isinstance(self.partition_count, bool) or not isinstance(self.partition_count, int):
+            raise ValueError(f"kafka.partition.count={self.partition_count!r} is not an integer")
+        if self.partition_count < 1:
+            raise ValueError(f"kafka.partition.count={self.partition_count} must be at least 1")
+
+    @property
+    def standard_attributes(self) -> frozenset[str]:
+        """Attributes that are not "custom": the key and timestamp attributes (when set)."""
+        return frozenset(a for a in (self.kafka_key_attribute, self.kafka_timestamp_attribute) if a is not None)
+
+
+@dataclass(frozen=True)
+class PubsubReceived:
+    """One received Pub/Sub message (what the bronze table holds per row)."""
+
+    message_id: str
+    data: bytes = b""
+    attributes: dict[str, str] = field(default_factory=dict)
+    ordering_key: str = ""
+    publish_time_ms: int | None = 0
+
+
+@dataclass(frozen=True)
+class KafkaOutRecord:
+    """A record ready for the Kafka producer. ``partition`` None = the producer decides."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One row of the Kafka outbox as the reference computes it (mirrors :data:`OUTBOX_COLUMNS`).
+
+    Dead-letter rows carry ``error_class``/``error_message``, the key, the raw data as ``value``,
+    no headers and null ``partition``/``timestamp_ms``.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+    timestamp_ms: int | None
+    message_id: str
+    error_class: str | None = None
+    error_message: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Java hash compatibility
+# ---------------------------------------------------------------------------------------------
+
+
+def _to_signed32(h: int) -> int:
+    h &= _MASK32
+    return h - (1 << 32) if h >= (1 << 31) else h
+
+
+def java_string_hash(s: str) -> int:
+    """Java ``String.hashCode``: over UTF-16 code units (a character outside the BMP counts as
+    its two surrogates), ``h = 31*h + unit`` with 32-bit signed wrap-around.
+
+    Matching Java exactly is what lets a user move from the original connector without keys
+    changing partitions. Lone surrogates (possible in Python and Java strings) hash as themselves.
+    """
+    units = array("H", s.encode("utf-16-le", "surrogatepass"))
+    if sys.byteorder == "big":
+        units.byteswap()
+    h = 0
+    for unit in units:
+        h = (31 * h + unit) & _MASK32
+    return _to_signed32(h)
+
+
+def java_bytes_hash(b: bytes) -> int:
+    """Java ``Arrays.hashCode(byte[])``: ``h = 1``, then ``h = 31*h + byte`` with bytes signed."""
+    h = 1
+    for byte in b:
+        h = (31 * h + (byte - 256 if byte > 127 else byte)) & _MASK32
+    return _to_signed32(h)
+
+
+def partition_for_hash(h: int, count: int) -> int:
+    """Partition of a 32-bit Java hash: ``Math.abs(h) % count`` exactly as Java computes it.
+
+    Deliberate divergence for ``h == -2147483648``: Java's ``Math.abs`` returns it unchanged and
+    the original connector produces a negative, invalid partition (-2 of 3 for the key
+    ``polygenelubricants``, whose ``hashCode`` is -2147483648), so the record can never be sent.
+    Here that hash maps to ``(h & 0x7fffffff) % count`` = 0. Every other hash keeps the original
+    partition.
+    """
+    if not _INT_MIN <= h <= (1 << 31) - 1:
+        raise ValueError(f"hash {h} is not a 32-bit signed integer")
+    if count < 1:
+        raise ValueError(f"partition count {count} must be at least 1")
+    if h == _INT_MIN:
+        return (h & 0x7FFFFFFF) % count
+    return abs(h) % count
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-record reference
+# ---------------------------------------------------------------------------------------------
+
+
+def parse_java_long(value: str | None) -> int | None:
+    """``Long.valueOf(value)`` or None where Java throws (not a number, overflow, whitespace)."""
+    if value is None or not _LONG_RE.match(value):
+        return None
+    parsed = int(value)
+    return parsed if _LONG_MIN <= parsed <= _LONG_MAX else None
+
+
+def record_key(msg: PubsubReceived, settings: CpsSourceSettings) -> str | None:
+    """The Kafka key as a string (see module docstring)."""
+    if settings.kafka_key_attribute == ORDERING_KEY_ATTRIBUTE:
+        return msg.ordering_key or ""
+    if settings.kafka_key_attribute is None:
+        return None
+    return msg.attributes.get(settings.kafka_key_attribute)
+
+
+def record_timestamp_ms(msg: PubsubReceived, settings: CpsSourceSettings) -> int | None:
+    """Timestamp attribute as a long, else the publish time; raises :class:`InvalidTimestampError`."""
+    attribute = settings.kafka_timestamp_attribute
+    if attribute is not None:
+        parsed = parse_java_long(msg.attributes.get(attribute))
+        if parsed is not None:
+            if not 0 <= parsed <= MAX_TIMESTAMP_MS:
+                raise InvalidTimestampError(_timestamp_error_message(attribute, parsed))
+            return parsed
+    return msg.publish_time_ms
+
+
+def _ordering_key_made_attribute(msg: PubsubReceived, settings: CpsSourceSettings) -> bool:
+    return settings.make_ordering_key_attribute and bool(msg.ordering_key)
+
+
+def has_custom_attributes(msg: PubsubReceived, settings: CpsSourceSettings) -> bool:
+    """True when the value must carry attributes (as headers or as a struct)."""
+    standard = settings.standard_attributes
+    return any(name not in standard for name in msg.attributes) or _ordering_key_made_attribute(msg, settings)
+
+
+def _carried_attributes(msg: PubsubReceived, settings: CpsSourceSettings) -> list[tuple[str, str]]:
+    """Attributes that become headers/fields: all but the key attribute, sorted by name."""
+    return sorted((k, v) for k, v in msg.attributes.items() if k != settings.kafka_key_attribute)
+
+
+def record_headers(msg: PubsubReceived, settings: CpsSourceSettings) -> list[tuple[str, bytes]]:
+    """Headers mode: every carried attribute as a UTF-8 string header, then ``orderingKey``."""
+    headers = [(k, v.encode("utf-8")) for k, v in _carried_attributes(msg, settings)]
+    if _ordering_key_made_attribute(msg, settings):
+        headers.append((ORDERING_KEY_ATTRIBUTE, msg.ordering_key.encode("utf-8")))
+    return headers
+
+
+def value_struct(msg: PubsubReceived, settings: CpsSourceSettings) -> Struct:
+    """Struct mode: ``message`` then the carried attributes then ``orderingKey``.
+
+    Raises :class:`DuplicateFieldError` when an attribute name repeats a fixed field name.
+    """
+    carried = _carried_attributes(msg, settings)
+    names = {name for name, _ in carried}
+    made = _ordering_key_made_attribute(msg, settings)
+    if MESSAGE_FIELD in names:
+        raise DuplicateFieldError(_duplicate_field_message(MESSAGE_FIELD))
+    if made and ORDERING_KEY_ATTRIBUTE in names:
+        raise DuplicateFieldError(_duplicate_field_message(ORDERING_KEY_ATTRIBUTE))
+    fields = [Field(MESSAGE_FIELD, BYTES)] + [Field(name, ATTRIBUTE_FIELD_SCHEMA) for name, _ in carried]
+    values: dict[str, Any] = {MESSAGE_FIELD: msg.data, **dict(carried)}
+    if made:
+        fields.append(Field(ORDERING_KEY_ATTRIBUTE, ATTRIBUTE_FIELD_SCHEMA))
+        values[ORDERING_KEY_ATTRIBUTE] = msg.ordering_key
+    return Struct(Schema(Type.STRUCT, fields=tuple(fields)), values)
+
+
+def uses_round_robin(msg: PubsubReceived, settings: CpsSourceSettings) -> bool:
+    """Whether this message takes (and advances) the round-robin counter."""
+    scheme = settings.partition_scheme
+    return scheme == ROUND_ROBIN or (scheme == ORDERING_KEY and not msg.ordering_key)
+
+
+def select_partition(
+    msg: PubsubReceived, key: str | None, settings: CpsSourceSettings, round_robin_counter: int
+) -> int | None:
+    """``kafka.partition.scheme``:
+
+    * ``round_robin``: ``counter % count``, the counter being the number of earlier round-robin
+      records of the task (so 0, 1, 2, 0, … from a fresh start, as the original);
+    * ``hash_key``: P(``String.hashCode``(key)), no key → 0;
+    * ``hash_value``: P(``Arrays.hashCode``(data));
+    * ``ordering_key``: P(``String.hashCode``(ordering key)), empty ordering key → round robin;
+    * ``kafka_partitioner``: None, the producer's partitioner decides.
+    """
+    scheme, count = settings.partition_scheme, settings.partition_count
+    if scheme == HASH_KEY:
+        return 0 if key is None else partition_for_hash(java_string_hash(key), count)
+    if scheme == HASH_VALUE:
+        return partition_for_hash(java_bytes_hash(msg.data), count)
+    if scheme == KAFKA_PARTITIONER:
+        return None
+    if scheme == ORDERING_KEY and msg.ordering_key:
+        return partition_for_hash(java_string_hash(msg.ordering_key), count)
+    return round_robin_counter % count
+
+
+def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_robin_counter: int = 0) -> KafkaOutRecord:
+    """Map one message to one Kafka record (the reference implementation).
+
+    ``round_robin_counter`` is used only when :func:`uses_round_robin` is true; the caller advances
+    it. Raises a :class:`~pubsub_connect.model.connect.DataError` subclass for a message that must
+    go to the dead-letter table.
+    """
+    key = record_key(msg, settings)
+    timestamp_ms = record_timestamp_ms(msg, settings)
+    headers: list[tuple[str, bytes]] = []
+    value: bytes | None = msg.data
+    if has_custom_attributes(msg, settings):
+        if settings.kafka_record_headers:
+            headers = record_headers(msg, settings)
+        else:
+            struct = value_struct(msg, settings)
+            value = serialize_struct(struct, settings)
+    return KafkaOutRecord(
+        key=None if key is None else key.encode("utf-8"),
+        value=value,
+        headers=headers,
+        partition=select_partition(msg, key, settings, round_robin_counter),
+        timestamp_ms=timestamp_ms,
+    )
+
+
+def reference_outbox(
+    messages: Iterable[tuple[PubsubReceived, int | None]],
+    settings: CpsSourceSettings,
+    start_counter: int = 0,
+) -> list[OutboxRow]:
+    """What :func:`to_kafka_outbox` must produce for a batch of (message, ingest_time_ms) pairs.
+
+    De-duplicates on ``message_id`` (earliest ingest time wins; null ingest time last), orders by
+    (publish time ms, nulls first; message_id) and hands out round-robin partitions from
+    ``start_counter``. Returned in that order.
+    """
+    chosen: dict[str, tuple[tuple[bool, int], PubsubReceived]] = {}
+    for msg, ingest_ms in messages:
+        rank = (ingest_ms is None, ingest_ms or 0)
+        previous = chosen.get(msg.message_id)
+        if previous is None or rank < previous[0]:
+            chosen[msg.message_id] = (rank, msg)
+    ordered = sorted(
+        (msg for _, msg in chosen.values()),
+        key=lambda m: (m.publish_time_ms is not None, m.publish_time_ms or 0, m.message_id),
+    )
+    counter = start_counter
+    rows: list[OutboxRow] = []
+    for msg in ordered:
+        try:
+            record = message_to_record(msg, settings, counter)
+        except DataError as exc:
+            key = record_key(msg, settings)
+            rows.append(
+                OutboxRow(
+                    key=None if key is None else key.encode("utf-8"),
+                    value=msg.data,
+                    headers=[],
+                    partition=None,
+                    timestamp_ms=None,
+                    message_id=msg.message_id,
+                    error_class=getattr(exc, "error_class", type(exc).__name__),
+                    error_message=str(exc),
+                )
+            )
+            continue
+        if uses_round_robin(msg, settings):
+            counter += 1
+        rows.append(
+            OutboxRow(
+                record.key,
+                record.value,
+                record.headers,
+                record.partition,
+                record.timestamp_ms,
+                msg.message_id,
+            )
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Value converter
+# ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=16)
+def _converter(class_name: str, schemas_enable: bool) -> Converter:
+    return make_converter(class_name, schemas_enable)
+
+
+def check_value_converter(settings: CpsSourceSettings) -> None:
+    """Start-up check, called by the pipeline before the first batch.
+
+    With ``kafka.record.headers=false`` every message with custom attributes becomes a STRUCT
+    value, and of the supported converters only JsonConverter can write one (ByteArrayConverter,
+    StringConverter and the number/boolean converters cannot). Failing at start-up with one clear
+    line beats dead-lettering every such message later. With headers on, values are always the
+    data bytes and the converter is not used.
+    """
+    if settings.kafka_record_headers:
+        return
+    try:
+        _converter(settings.value_converter, settings.value_schemas_enable)
+    except ValueError as exc:
+        raise UnsupportedConverterError(f"value.converter: {exc}") from exc
+    if settings.value_converter != JSON_CONVERTER:
+        raise UnsupportedConverterError(
+            f"value.converter={settings.value_converter} cannot write the STRUCT values produced for "
+            f"messages with attributes; use {JSON_CONVERTER} or set kafka.record.headers=true"
+        )
+
+
+def serialize_struct(struct: Struct, settings: CpsSourceSettings) -> bytes:
+    """The STRUCT value as the configured ``value.converter`` (``model/converters.py``) writes it."""
+    check_value_converter(settings)
+    out = _converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
+    if out is None:  # pragma: no cover - a struct value is never null
+        raise DataError("value converter returned null for a struct")
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Vectorised Java hashes (numpy over Arrow buffers; used on Spark workers for hash_value)
+# ---------------------------------------------------------------------------------------------
+
+#: Units hashed per numpy pass: bounds temporary memory (~6 uint64 arrays of this length).
+_CHUNK_UNITS = 1 << 22
+_INV31 = pow(31, -1, 1 << 32)
+
+
+def _powers(base: int, n: int) -> np.ndarray:
+    """``base**k mod 2**32`` for k in 0..n-1 (uint64; cumprod wraps mod 2**64, a multiple)."""
+    import numpy as np
+
+    factors = np.full(n, base, dtype=np.uint64)
+    factors[0] = 1
+    return np.cumprod(factors, dtype=np.uint64) & np.uint64(_MASK32)
+
+
+def _poly_hash_chunk(units: np.ndarray, starts: np.ndarray, ends: np.ndarray, initial: int) -> np.ndarray:
+    """Java-style polynomial hash of each segment ``units[starts[i]:ends[i]]`` (mod 2**32).
+
+    ``h = initial; for u in segment: h = 31*h + u``, i.e. ``initial*31**n + Σ u_i 31**(n-1-i)``.
+    Computed without a Python loop: weight every unit by ``31**(T-1-i)`` for the whole chunk,
+    take prefix sums, and rescale each segment by the inverse power (31 is odd, so invertible
+    mod 2**32).
+    """
+    import numpy as np
+
+    mask = np.uint64(_MASK32)
+    total = len(units)
+    pw = _powers(31, total + 1)
+    inv = _powers(_INV31, total + 1)
+    weighted = (units * pw[:total][::-1]) & mask
+    prefix = np.zeros(total + 1, dtype=np.uint64)
+    np.cumsum(weighted, dtype=np.uint64, out=prefix[1:])
+    seg = ((prefix[ends] - prefix[starts]) & mask) * inv[total - ends] & mask
+    if initial:
+        seg = (seg + np.uint64(initial) * pw[ends - starts]) & mask
+    return seg
+
+
+def _segment_hashes(units: np.ndarray, offsets: np.ndarray, initial: int) -> np.ndarray:
+    """Hashes of consecutive segments delimited by ``offsets`` (len n+1, from 0), as int32."""
+    import numpy as np
+
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.uint64)
+    i = 0
+    while i < n:
+        j = int(np.searchsorted(offsets, offsets[i] + _CHUNK_UNITS, side="right")) - 1
+        j = min(max(j, i + 1), n)
+        base = int(offsets[i])
+        if offsets[j] - base > _CHUNK_UNITS:  # one segment larger than a chunk: Horner over blocks
+            h = initial
+            for lo in range(base, int(offsets[j]), _CHUNK_UNITS):
+                block = units[lo : min(lo + _CHUNK_UNITS, int(offsets[j]))]
+                part = int(_poly_hash_chunk(block, np.array([0]), np.array([len(block)]), 0)[0])
+                h = (h * pow(31, len(block), 1 << 32) + part) & _MASK32
+            out[i] = h
+        else:
+            chunk = units[base : int(offsets[j])]
+            rel = offsets[i : j + 1] - base
+            out[i:j] = _poly_hash_chunk(chunk, rel[:-1], rel[1:], initial)
+        i = j
+    return out.astype(np.uint32).view(np.int32)
+
+
+def java_bytes_hash_array(values: pa.Array) -> np.ndarray:
+    """``Arrays.hashCode(byte[])`` of every element of an Arrow binary array (null → as empty)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        values = pc.fill_null(values, pa.scalar(b"", values.type))
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    offset_type = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=offset_type)[values.offset : values.offset + n + 1].astype(np.int64)
+    data = (
+        np.frombuffer(buffers[2], dtype=np.int8)[offsets[0] : offsets[-1]]
+        if buffers[2] is not None
+        else np.zeros(0, dtype=np.int8)
+    )
+    units = data.astype(np.int64).astype(np.uint64) & np.uint64(_MASK32)
+    return _segment_hashes(units, offsets - offsets[0], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch implementation (Spark column expressions)
+# ---------------------------------------------------------------------------------------------
+
+
+def java_string_hash_col(s: Column) -> Column:
+    """Spark expression equal to Java ``String.hashCode`` (as bigint in the int32 range).
+
+    Exact and JVM-only: the string is encoded to UTF-16BE (surrogate pairs become two units, as
+    in Java), hex-encoded, split into 4-hex-digit code units and folded with ``31*h + unit``
+    modulo 2**32. Keys are short, so the per-character arrays are cheap. Null → null.
+    """
+    from pyspark.sql import functions as F
+
+    units = F.regexp_extract_all(F.hex(F.encode(s, "UTF-16BE")), F.lit("(.{4})"), 1)
+    folded = F.aggregate(
+        units,
+        F.lit(0).cast("bigint"),
+        lambda acc, unit: F.pmod(acc * 31 + F.conv(unit, 16, 10).cast("bigint"), F.lit(1 << 32)),
+    )
+    signed = F.when(folded >= F.lit(1 << 31), folded - F.lit(1 << 32)).otherwise(folded)
+    return F.when(s.isNotNull(), signed)
+
+
+def partition_for_hash_col(h: Column, count: int) -> Column:
+    """:func:`partition_for_hash` as a Spark expression over a bigint hash column (same divergence)."""
+    from pyspark.sql import functions as F
+
+    return F.when(h == F.lit(_INT_MIN), F.lit(0)).otherwise(F.abs(h) % F.lit(count)).cast("int")
+
+
+def deduplicate_messages(bronze_df: DataFrame) -> DataFrame:
+    """One row per ``message_id``: the earliest ``ingest_time`` (then lowest delivery attempt).
+
+    Pub/Sub delivers at least once; two deliveries of one message carry the same content, so
+    which copy wins only matters for determinism.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    window = Window.partitionBy("message_id").orderBy(
+        F.col("ingest_time").asc_nulls_last(), F.col("delivery_attempt").asc_nulls_last()
+    )
+    return (
+        bronze_df.withColumn("_dedupe_rank", F.row_number().over(window))
+        .where(F.col("_dedupe_rank") == 1)
+        .drop("_dedupe_rank")
+    )
+
+
+def _append_data_hash(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: append ``_data_hash`` = ``Arrays.hashCode(_data)`` to every batch."""
+    import pyarrow as pa
+
+    for batch in batches:
+        hashes = java_bytes_hash_array(batch.column(batch.schema.get_field_index("_data")))
+        yield pa.RecordBatch.from_arrays(
+            [*batch.columns, pa.array(hashes, type=pa.int32())],
+            names=[*batch.schema.names, "_data_hash"],
+        )
+
+
+#: A JSON string token as Jackson writes it (escapes are a backslash plus one character, or \uXXXX
+#: whose hex digits are ordinary characters). Unrolled and possessive: no backtracking.
+_JSON_STRING_RE = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+
+
+def _json_inner(js: Column) -> Column:
+    """``{…}`` or ``[…]`` → ``…`` (the JSON without its outer brackets)."""
+    from pyspark.sql import functions as F
+
+    return F.substring(js, F.lit(2), F.length(js) - 2)
+
+
+def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: Column, schemas: bool) -> Column:
+    """JsonConverter bytes of the STRUCT value, from the sorted carried attribute ``entries``.
+
+    Spark's ``to_json`` is Jackson, like Kafka's JsonConverter, so every JSON string here (names
+    and values) is escaped exactly as Kafka would. The per-row schema varies with the attribute
+    names, so the envelope is concatenated from fixed text and ``to_json`` pieces rather than
+    built as one Spark struct: measured ~2x faster than higher-order functions, which Spark runs
+    interpreted. Assembling text also means a dead-letter row's clashing names (``message``,
+    ``orderingKey``) can never raise a duplicate-map-key error for the whole batch.
+    """
+    from pyspark.sql import functions as F
+
+    def attribute_field(json_name: str) -> str:
+        type_, optional = ATTRIBUTE_FIELD_SCHEMA.type.value, str(ATTRIBUTE_FIELD_SCHEMA.optional).lower()
+        return f'{{"type":"{type_}","optional":{optional},"field":{json_name}}}'
+
+    # Spark may chunk base64 with CRLF (spark.sql.chunkBase64String.enabled); Jackson never does.
+    # CR/LF are not in the base64 alphabet, so removing them is exact.
+    b64 = F.replace(F.base64(data), F.lit("\r\n"), F.lit(""))
+    has_attributes = F.size(entries) > 0
+    attributes = F.when(
+        has_attributes, F.concat(F.lit(","), _json_inner(F.to_json(F.map_from_entries(entries))))
+    ).otherwise(F.lit(""))
+    ordering = F.when(
+        made,
+        F.concat(F.lit(f',"{ORDERING_KEY_ATTRIBUTE}":'), _json_inner(F.to_json(F.array(ordering_key)))),
+    ).otherwise(F.lit(""))
+    payload = F.concat(F.lit(f'{{"{MESSAGE_FIELD}":"'), b64, F.lit('"'), attributes, ordering, F.lit("}"))
+    if not schemas:
+        return F.encode(payload, "UTF-8")
+    # to_json(names) is ["n1","n2",…]; wrap every string token into its field schema object.
+    fields = F.when(
+        has_attributes,
+        F.concat(
+            F.lit(","),
+            _json_inner(F.regexp_replace(F.to_json(entries["key"]), _JSON_STRING_RE, attribute_field("$0"))),
+        ),
+    ).otherwise(F.lit(""))
+    ordering_field = F.when(made, F.lit("," + attribute_field(f'"{ORDERING_KEY_ATTRIBUTE}"'))).otherwise(F.lit(""))
+    message_field = f'{{"type":"bytes","optional":false,"field":"{MESSAGE_FIELD}"}}'
+    envelope = F.concat(
+        F.lit('{"schema":{"type":"struct","fields":[' + message_field),
+        fields,
+        ordering_field,
+        F.lit('],"optional":false},"payload":'),
+        payload,
+        F.lit("}"),
+    )
+    return F.encode(envelope, "UTF-8")
+
+
+def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
+    """De-duplicated rows with every output column computed except the round-robin partition.
+
+    Helper columns: ``_rr`` (row takes the round-robin counter), ``_publish_ms`` and
+    ``message_id`` (its order), ``_partition_fixed`` (partition of the other schemes).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    s = settings
+    struct_mode = not s.kafka_record_headers
+    df = deduplicate_messages(bronze_df).select(
+        F.col("message_id"),
+        F.coalesce(F.col("data"), F.lit(b"")).alias("_data"),
+        F.coalesce(F.col("attributes"), F.create_map().cast(_ATTRIBUTES_TYPE)).alias("_attrs"),
+        F.coalesce(F.col("ordering_key"), F.lit("")).alias("_ok"),
+        F.unix_millis(F.col("publish_time")).alias("_publish_ms"),
+    )
+    data, attrs, ok = F.col("_data"), F.col("_attrs"), F.col("_ok")
+
+    # Computed in stages so that the expensive array expressions are materialised once per row
+    # (Spark does not collapse a projection whose non-trivial column is referenced repeatedly).
+    if s.kafka_key_attribute == ORDERING_KEY_ATTRIBUTE:
+        key = ok
+    elif s.kafka_key_attribute is None:
+        key = F.lit(None).cast("string")
+    else:
+        key = F.try_element_at(attrs, F.lit(s.kafka_key_attribute))
+    if s.kafka_timestamp_attribute is not None:
+        raw_ts = F.try_element_at(attrs, F.lit(s.kafka_timestamp_attribute))
+        parsed_ts = F.when(raw_ts.rlike(_LONG_SQL_RE), raw_ts.try_cast("bigint"))
+    else:
+        parsed_ts = F.lit(None).cast("bigint")
+    # sort_array, not array_sort: Spark 4 gives array_sort an interpreted comparator lambda.
+    entries = F.sort_array(F.map_entries(attrs))
+    if s.kafka_key_attribute is not None:
+        key_attribute = s.kafka_key_attribute
+        entries = F.filter(entries, lambda e: e["key"] != F.lit(key_attribute))
+    df = df.select(
+        "*",
+        key.alias("_key"),
+        parsed_ts.alias("_parsed_ts"),
+        (F.lit(s.make_ordering_key_attribute) & (ok != F.lit(""))).alias("_made"),
+        entries.alias("_entries"),
+    )
+
+    parsed, made, entries = F.col("_parsed_ts"), F.col("_made"), F.col("_entries")
+    standard = sorted(s.standard_attributes)
+    custom = (F.exists(F.map_keys(attrs), lambda k: ~k.isin(*standard)) if standard else F.size(attrs) > 0) | made
+    clash = F.when(F.exists(entries, lambda e: e["key"] == F.lit(MESSAGE_FIELD)), F.lit(MESSAGE_FIELD)).when(
+        made & F.exists(entries, lambda e: e["key"] == F.lit(ORDERING_KEY_ATTRIBUTE)),
+        F.lit(ORDERING_KEY_ATTRIBUTE),
+    )
+    df = df.select(
+        "*",
+        custom.alias("_custom"),
+        (parsed.isNotNull() & ((parsed < 0) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
+        (clash if struct_mode else F.lit(None).cast("string")).alias("_clash"),
+    )
+
+    bad_ts, duplicate, clash = (
+        F.col("_bad_ts"),
+        F.col("_custom") & F.col("_clash").isNotNull(),
+        F.col("_clash"),
+    )
+    ts_prefix, ts_suffix = _timestamp_error_message(s.kafka_timestamp_attribute or "", "\0").split("\0")
+    dup_parts = _duplicate_field_message("\0").split("\0")
+    error_class = F.when(bad_ts, F.lit(InvalidTimestampError.error_class)).when(
+        duplicate, F.lit(DuplicateFieldError.error_class)
+    )
+    error_message = F.when(bad_ts, F.concat(F.lit(ts_prefix), parsed.cast("string"), F.lit(ts_suffix))).when(
+        duplicate, F.concat(F.lit(dup_parts[0]), clash, F.lit(dup_parts[1]), clash, F.lit(dup_parts[2]))
+    )
+    df = df.select(
+        "*",
+        F.coalesce(parsed, F.col("_publish_ms")).alias("_ts_ms"),
+        error_class.alias("error_class"),
+        error_message.alias("error_message"),
+    )
+    ok_error = F.col("error_class").isNull()
+
+    if s.partition_scheme == HASH_VALUE:
+        # A new StructType: ``df.schema.add`` would mutate the DataFrame's cached schema.
+        out_schema = StructType([*df.schema.fields, StructField("_data_hash", IntegerType(), nullable=False)])
+        df = df.mapInArrow(_append_data_hash, out_schema)
+
+    empty_headers = F.array().cast(HEADERS_TYPE)
+    if struct_mode:
+        headers = empty_headers
+        needs_struct = F.col("_custom") & ok_error
+        struct_value = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, s.value_schemas_enable)
+        value = F.when(needs_struct, struct_value).otherwise(data)
+    else:
+        value = data
+        carried = F.transform(
+            F.col("_entries"),
+            lambda e: F.struct(e["key"].alias("key"), F.encode(e["value"], "UTF-8").alias("value")),
+        )
+        ordering_header = F.array(
+            F.struct(F.lit(ORDERING_KEY_ATTRIBUTE).alias("key"), F.encode(ok, "UTF-8").alias("value"))
+        )
+        with_ok = F.when(F.col("_made"), F.concat(carried, ordering_header)).otherwise(carried)
+        headers = F.when(F.col("_custom") & ok_error, with_ok.cast(HEADERS_TYPE)).otherwise(empty_headers)
+
+    scheme, count = s.partition_scheme, s.partition_count
+    if scheme == HASH_KEY:
+        fixed = F.when(F.col("_key").isNull(), F.lit(0)).otherwise(
+            partition_for_hash_col(java_string_hash_col(F.col("_key")), count)
+        )
+    elif scheme == HASH_VALUE:
+        fixed = partition_for_hash_col(F.col("_data_hash").cast("bigint"), count)
+    elif scheme == ORDERING_KEY:
+        fixed = F.when(ok != F.lit(""), partition_for_hash_col(java_string_hash_col(ok), count))
+    else:
+        fixed = F.lit(None)
+    if scheme == ROUND_ROBIN:
+        rr = ok_error
+    elif scheme == ORDERING_KEY:
+        rr = ok_error & (ok == F.lit(""))
+    else:
+        rr = F.lit(False)
+
+    return df.select(
+        F.col("_key").cast("binary").alias("key"),
+        value.alias("value"),
+        headers.alias("headers"),
+        F.when(ok_error, fixed).cast("int").alias("_partition_fixed"),
+        F.timestamp_millis(F.when(ok_error, F.col("_ts_ms"))).alias("timestamp"),
+        F.col("message_id"),
+        F.col("error_class"),
+        F.col("error_message"),
+        rr.alias("_rr"),
+        F.col("_publish_ms"),
+    )
+
+
+def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int = 0) -> DataFrame:
+    """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``.
+
+    Pure Spark expressions (JsonConverter envelopes included: Spark's ``to_json`` escapes strings
+    like Kafka's Jackson), except ``hash_value``, which appends ``Arrays.hashCode`` of the data in
+    one vectorised Arrow/numpy pass per batch (``mapInArrow``; the package must be importable on
+    workers).
+
+    ``bronze_df`` must be a static DataFrame (window functions): in a streaming query call this on
+    the micro-batch inside ``foreachBatch``. De-duplication is within the batch only; a message
+    redelivered in a later batch (crash between the bronze commit and the ack) must be filtered
+    by the caller, e.g. with an anti-join on the outbox's ``message_id``.
+
+    Round robin: the i-th counter-taking row in (publish time ms, message_id) order gets partition
+    ``(start_counter + i) % count``; use :func:`next_round_robin_counter` to carry the counter to
+    the next batch. Raises :class:`UnsupportedConverterError` for a converter that cannot write
+    the struct values (see :func:`check_value_converter`).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    check_value_converter(settings)
+    staged = _staged(bronze_df, settings)
+    partition = F.col("_partition_fixed")
+    if settings.partition_scheme in (ROUND_ROBIN, ORDERING_KEY):
+        # A global order needs one partition: every row passes through one task here. Joining back
+        # slots computed on (message_id, publish ms) alone was measured slower (second scan and
+        # de-duplication of the input, plus the join) for 1 KB messages.
+        count = settings.partition_count
+        order = Window.partitionBy("_rr").orderBy(
+            F.col("_publish_ms").asc_nulls_first(), F.col("message_id").asc_nulls_first()
+        )
+        slot = F.pmod(F.lit(start_counter % count) + F.row_number().over(order) - 1, F.lit(count))
+        partition = F.when(F.col("_rr"), slot).otherwise(partition)
+    return staged.select(
+        "key",
+        "value",
+        "headers",
+        partition.cast("int").alias("partition"),
+        "timestamp",
+        "message_id",
+        F.col("error_class").cast("string"),
+        F.col("error_message").cast("string"),
+    )
+
+
+def next_round_robin_counter(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int) -> int:
+    """The counter after this batch (mod ``kafka.partition.count``): ``start_counter`` plus the
+    rows that took the round-robin path. Runs a Spark count; not needed for other schemes."""
+    if settings.partition_scheme not in (ROUND_ROBIN, ORDERING_KEY):
+        return start_counter % settings.partition_count
+    from pyspark.sql import functions as F
+
+    taken = _staged(bronze_df, settings).where(F.col("_rr")).count()
+    return (start_counter + taken) % settings.partition_count

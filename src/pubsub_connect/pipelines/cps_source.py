@@ -1,0 +1,362 @@
+"""Cloud Pub/Sub source connector: Pub/Sub → bronze → outbox → Kafka.
+
+1. ``pull`` — subscription → ``bronze/<name>``. Pub/Sub cannot replay a range, so this stage is
+   not a Spark streaming source: ``tasks.max`` puller threads each pull a batch, keep its leases
+   extended while it is written, commit it to Delta (txn ``<name>/pull-<i>`` = batch number), and
+   only then ack. A crash before the commit means redelivery, never loss; a crash after the commit
+   but before the ack means a redelivered duplicate in bronze, removed by the next stage.
+2. ``convert`` — bronze → ``outbox/<name>``: Google's message → record model
+   (``model.cps_source``), one row per ``message_id`` (within the batch and against what the
+   outbox already holds); bad messages → ``dlq/<name>``.
+3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch, with a
+   marker that makes a replayed batch a no-op: no duplicates in Kafka for ``read_committed``
+   consumers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import ConfigError, ConnectorConfig
+from pubsub_connect.io import pubsub
+from pubsub_connect.io.kafka_txn import OutRecord, TransactionalBatchWriter
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.cps_source import (
+    CpsSourceSettings,
+    UnsupportedConverterError,
+    check_value_converter,
+    to_kafka_outbox,
+)
+from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.dead_letters import dead_letter
+
+log = logging.getLogger(__name__)
+
+#: How long one pull batch may collect messages before it is written (continuous mode).
+BATCH_WINDOW_S = 1.0
+#: In ``--once`` mode a pull that brings nothing for this long means the backlog is drained.
+DRAINED_AFTER_S = 3.0
+#: Lease (ack deadline) kept on messages while their batch is written, renewed every third of it.
+#: Short enough that messages of a crashed puller come back soon, long enough to ride out a
+#: slow commit between renewals.
+LEASE_S = 20
+
+
+def source_settings(config: ConnectorConfig) -> CpsSourceSettings:
+    return CpsSourceSettings(
+        kafka_key_attribute=config.get("kafka.key.attribute"),
+        kafka_timestamp_attribute=config.get("kafka.timestamp.attribute"),
+        make_ordering_key_attribute=bool(config.get("cps.makeOrderingKeyAttribute")),
+        kafka_record_headers=bool(config.get("kafka.record.headers")),
+        partition_scheme=str(config.get("kafka.partition.scheme")),
+        partition_count=int(config.get("kafka.partition.count")),
+        value_converter=str(config.get("value.converter")),
+        value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
+    )
+
+
+def check_settings(config: ConnectorConfig) -> CpsSourceSettings:
+    """Start-up check: a struct value needs a converter that can write one."""
+    settings = source_settings(config)
+    try:
+        check_value_converter(settings)
+    except UnsupportedConverterError as exc:
+        raise ConfigError(f"{config.source}: {exc}") from None
+    return settings
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 1: pull
+# --------------------------------------------------------------------------------------------
+
+
+def messages_to_arrow(messages: list[pubsub.PulledMessage], subscription: str) -> pa.Table:
+    """Pulled messages as a bronze Arrow table (column order and types of ``PUBSUB_BRONZE``)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    now = datetime.now(timezone.utc)
+    schema = to_arrow_schema(PUBSUB_BRONZE, timezone="UTC")
+    return pa.Table.from_pydict({
+        "message_id": [m.message_id for m in messages],
+        "data": [m.data for m in messages],
+        "attributes": [list(m.attributes.items()) for m in messages],
+        "ordering_key": [m.ordering_key for m in messages],
+        "publish_time": [m.publish_time for m in messages],
+        "delivery_attempt": [m.delivery_attempt for m in messages],
+        "subscription": [subscription] * len(messages),
+        "ingest_time": [now] * len(messages),
+    }, schema=schema)
+
+
+class Puller:
+    """One puller (one of ``tasks.max``): pull → commit to bronze → ack, batch after batch."""
+
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig, index: int):
+        self.ctx = ctx
+        self.config = config
+        self.index = index
+        self.app_id = f"{config.name}/pull-{index}"
+        self.bronze = TableRef(BRONZE, config.name)
+        self.sub_config = pubsub.SubscriberConfig.from_connector(config)
+        self.max_records = int(ctx.worker.get("pipeline.max.records.per.batch"))
+        self.streaming = bool(config.get("cps.streamingPull.enabled"))
+        self._subscriber: Any = None
+        self._streamer: pubsub.StreamingPuller | None = None
+
+    def _collect(self, window_s: float) -> list[pubsub.PulledMessage]:
+        path = self.sub_config.subscription_path
+        if self.streaming:
+            if self._streamer is None:
+                self._streamer = pubsub.StreamingPuller(self.sub_config).start()
+            return self._streamer.collect(self.max_records, window_s, idle_timeout=0.5)
+        if self._subscriber is None:
+            self._subscriber = pubsub.subscriber_client(self.sub_config)
+        per_request = int(self.config.get("cps.maxBatchSize"))
+        out: list[pubsub.PulledMessage] = []
+        deadline = time.monotonic() + window_s
+        while len(out) < self.max_records:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            got = pubsub.pull_batch(self._subscriber, path, min(per_request, self.max_records - len(out)),
+                                    timeout=max(remaining, 0.5) if not out else min(remaining, 1.0))
+            if not got:
+                break
+            out.extend(got)
+        return out
+
+    def _ack(self, messages: list[pubsub.PulledMessage]) -> None:
+        if self._streamer is not None:
+            self._streamer.ack(messages)
+        else:
+            pubsub.ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
+
+    def run_batch(self, batch_id: int, window_s: float) -> int:
+        """Pull one batch, commit it, ack it. Returns the number of messages (0: nothing came)."""
+        messages = self._collect(window_s)
+        if not messages:
+            return 0
+        table = messages_to_arrow(messages, self.sub_config.subscription_path)
+        if self._streamer is None:
+            with pubsub.LeaseExtender(self._subscriber, self.sub_config.subscription_path,
+                                      [m.ack_id for m in messages], deadline_s=LEASE_S):
+                self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE, self.app_id, batch_id)
+        else:  # the streaming client keeps extending leases of messages it holds
+            self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE, self.app_id, batch_id)
+        self._ack(messages)
+        return len(messages)
+
+    def close(self) -> None:
+        if self._streamer is not None:
+            self._streamer.close()
+            self._streamer = None
+
+
+class PullLoop:
+    """The pull stage as an object with the parts of ``StreamingQuery`` the runner uses, so the
+    runner drives it like the Spark stages (progress lines, stop, failure)."""
+
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
+        self.ctx = ctx
+        self.config = config
+        self.name = query_name(config, "pull")
+        self.id = self.name
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._batches = 0
+        self.recentProgress: list[dict[str, Any]] = []
+        pullers = int(config.get("tasks.max"))
+        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"{self.name}-{i}", daemon=True)
+                         for i in range(pullers)]
+
+    def start(self) -> PullLoop:
+        self.ctx.store.ensure(TableRef(BRONZE, self.config.name), PUBSUB_BRONZE)
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _run(self, index: int) -> None:
+        puller = Puller(self.ctx, self.config, index)
+        committed = self.ctx.store.committed_version(puller.bronze, puller.app_id)
+        batch_id = 0 if committed is None else committed + 1
+        idle_since = time.monotonic()
+        try:
+            while not self._stop.is_set() and self._error is None:
+                started = time.monotonic()
+                count = puller.run_batch(batch_id, DRAINED_AFTER_S if self.ctx.once else BATCH_WINDOW_S)
+                if count == 0:
+                    if self.ctx.once and time.monotonic() - idle_since >= DRAINED_AFTER_S:
+                        return
+                    continue
+                idle_since = time.monotonic()
+                elapsed = max(time.monotonic() - started, 1e-6)
+                with self._lock:
+                    self.recentProgress.append({"batchId": self._batches, "numInputRows": count,
+                                                "processedRowsPerSecond": count / elapsed})
+                    self.recentProgress = self.recentProgress[-100:]
+                    self._batches += 1
+                batch_id += 1
+        except BaseException as exc:  # surfaced through exception()/awaitTermination
+            self._error = exc
+        finally:
+            puller.close()
+
+    @property
+    def isActive(self) -> bool:
+        return any(t.is_alive() for t in self._threads)
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        if self._error is not None:
+            raise self._error
+        return not self.isActive
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(120)
+
+
+def pull(ctx: PipelineContext, config: ConnectorConfig) -> PullLoop:
+    check_settings(config)
+    return PullLoop(ctx, config).start()
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 2: convert
+# --------------------------------------------------------------------------------------------
+
+
+def convert_batch(bronze_batch: DataFrame, already_seen: DataFrame, settings: CpsSourceSettings,
+                  start_counter: int) -> tuple[DataFrame, DataFrame]:
+    """Bronze rows → (outbox rows, dead-letter rows), dropping message ids in ``already_seen``
+    (a one-column DataFrame of ids the outbox/DLQ already hold)."""
+    fresh = bronze_batch.join(already_seen, "message_id", "left_anti")
+    converted = to_kafka_outbox(fresh, settings, start_counter)
+    publish_times = fresh.groupBy("message_id").agg(F.min("publish_time").alias("publish_time"))
+    good = (converted.filter(F.col("error_class").isNull())
+            .join(publish_times, "message_id")
+            .select(*[f.name for f in KAFKA_OUTBOX.fields]))
+    firsts = fresh.dropDuplicates(["message_id"]).select("message_id", "subscription", "data", "attributes")
+    bad = (converted.filter(F.col("error_class").isNotNull()).select("message_id", "error_class", "error_message")
+           .join(firsts, "message_id")
+           .select(F.lit("convert").alias("stage"), "message_id", "subscription",
+                   F.lit(None).cast("binary").alias("key"),
+                   F.col("data").alias("value"), "attributes", "error_class", "error_message",
+                   F.current_timestamp().alias("failed_at")))
+    return good, bad
+
+
+def _seen_ids(ctx: PipelineContext, outbox: TableRef, dlq: TableRef, batch: DataFrame) -> DataFrame:
+    """Message ids already converted, looked up only around the batch's publish times (a
+    redelivered message keeps its publish time, so the range bounds the look-up)."""
+    bounds = batch.agg(F.min("publish_time").alias("lo"), F.max("publish_time").alias("hi")).first()
+    ids = []
+    for table in (outbox, dlq):
+        rows = ctx.store.read(table)
+        time_column = "publish_time" if "publish_time" in rows.columns else None
+        if time_column and bounds is not None and bounds.lo is not None:
+            rows = rows.filter(F.col(time_column).between(bounds.lo, bounds.hi))
+        ids.append(rows.select("message_id"))
+    return ids[0].unionByName(ids[1]).distinct()
+
+
+def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
+    settings = check_settings(config)
+    bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
+    ctx.store.ensure(bronze, PUBSUB_BRONZE)
+    ctx.store.ensure(outbox, KAFKA_OUTBOX)
+    ctx.store.ensure(dlq, PUBSUB_DLQ)
+    app_id = f"{config.name}/convert"
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            seen = _seen_ids(ctx, outbox, dlq, batch)
+            start_counter = ctx.store.row_count(outbox)
+            good, bad = convert_batch(batch, seen, settings, start_counter)
+            good, bad = good.persist(), bad.persist()
+            try:
+                dead_letter(ctx, config, dlq, bad, batch_id)
+                ctx.store.append_batch(outbox, good, app_id, batch_id)
+            finally:
+                good.unpersist()
+                bad.unpersist()
+        finally:
+            batch.unpersist()
+
+    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
+            .queryName(query_name(config, "convert"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 3: produce
+# --------------------------------------------------------------------------------------------
+
+
+def producer_config(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, str]:
+    """confluent-kafka producer settings: worker ``producer.*`` then ``producer.override.*``."""
+    client = {"bootstrap.servers": ctx.worker.bootstrap_servers, **ctx.worker.client_conf("producer.")}
+    for key, value in config.passthrough.items():
+        if key.startswith("producer.override."):
+            client[key[len("producer.override."):]] = value
+    return client
+
+
+def outbox_records(batch: DataFrame) -> Iterator[OutRecord]:
+    """Outbox rows in publish order (then message id: deterministic on replay) as Kafka records."""
+    ordered = batch.orderBy("publish_time", "message_id")
+    for chunk in ordered.toArrow().to_batches(max_chunksize=10_000):
+        columns = chunk.to_pydict()
+        for key, value, headers, partition, timestamp in zip(columns["key"], columns["value"], columns["headers"],
+                                                             columns["partition"], columns["timestamp"],
+                                                             strict=True):
+            yield OutRecord(
+                key=key, value=value,
+                headers=[(h["key"], h["value"]) for h in headers] if headers else None,
+                partition=partition,
+                timestamp_ms=int(timestamp.timestamp() * 1000) if timestamp is not None else None,
+            )
+
+
+def produce(ctx: PipelineContext, config: ConnectorConfig) -> Any:
+    outbox = TableRef(OUTBOX, config.name)
+    ctx.store.ensure(outbox, KAFKA_OUTBOX)
+    writer = TransactionalBatchWriter(producer_config(ctx, config), f"pubsub-connect-{config.name}-produce",
+                                      str(config.get("kafka.topic")), str(ctx.worker.get("pipeline.offsets.topic")))
+    ctx.closers.append(writer.close)
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        try:
+            written = writer.write_batch(batch_id, outbox_records(batch))
+        except Exception as exc:
+            raise ConnectorError(f"produce of batch {batch_id} to {config.get('kafka.topic')} failed: {exc}") from exc
+        log.info("%s produce batch %d: %d records", config.name, batch_id, written)
+
+    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "produce"))
+            .queryName(query_name(config, "produce"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]
