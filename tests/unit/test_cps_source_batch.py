@@ -1,0 +1,355 @@
+"""Batch (Spark) implementation of the Pub/Sub source data model == the per-record reference.
+
+The corpus ``fixtures/records/cps_source/bronze_messages.jsonl`` holds the issue's examples plus the
+edge cases (redeliveries, hash -2147483648, name clashes, escaping, out-of-range timestamps); every
+settings combination below must give exactly the rows :func:`reference_outbox` gives.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pubsub_connect.model.cps_source import (
+    OUTBOX_COLUMNS,
+    CpsSourceSettings,
+    OutboxRow,
+    PubsubReceived,
+    UnsupportedConverterError,
+    java_string_hash,
+    java_string_hash_col,
+    next_round_robin_counter,
+    partition_for_hash,
+    partition_for_hash_col,
+    reference_outbox,
+    to_kafka_outbox,
+)
+
+CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "records" / "cps_source" / "bronze_messages.jsonl"
+
+BRONZE_DDL = (
+    "message_id string, data binary, attributes map<string,string>, ordering_key string, "
+    "publish_ms long, delivery_attempt int, subscription string, ingest_ms long"
+)
+OUTBOX_SCHEMA = (
+    "struct<key:binary,value:binary,headers:array<struct<key:string,value:binary>>,partition:int,"
+    "timestamp:timestamp,message_id:string,error_class:string,error_message:string>"
+)
+
+
+def load_corpus() -> list[dict[str, Any]]:
+    with CORPUS.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def to_received(row: dict[str, Any]) -> tuple[PubsubReceived, int | None]:
+    message = PubsubReceived(
+        row["message_id"],
+        bytes.fromhex(row["data_hex"]) if row.get("data_hex") is not None else b"",
+        dict(row.get("attributes") or {}),
+        row.get("ordering_key") or "",
+        row["publish_time_ms"],
+    )
+    return message, row.get("ingest_time_ms")
+
+
+def bronze_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
+    """A DataFrame with exactly the Pub/Sub bronze schema; times built in Spark (no local tz)."""
+    from pyspark.sql import functions as F
+
+    tuples = [
+        (
+            r["message_id"],
+            None if r.get("data_hex") is None else bytearray.fromhex(r["data_hex"]),
+            r.get("attributes"),
+            r.get("ordering_key"),
+            r["publish_time_ms"],
+            r.get("delivery_attempt"),
+            "projects/p/subscriptions/s",
+            r.get("ingest_time_ms"),
+        )
+        for r in rows
+    ]
+    df = spark.createDataFrame(tuples, BRONZE_DDL)
+    return df.select(
+        "message_id",
+        "data",
+        "attributes",
+        "ordering_key",
+        F.timestamp_millis("publish_ms").alias("publish_time"),
+        "delivery_attempt",
+        "subscription",
+        F.timestamp_millis("ingest_ms").alias("ingest_time"),
+    )
+
+
+def collect(outbox: Any) -> list[OutboxRow]:
+    from pyspark.sql import functions as F
+
+    rows = outbox.select(*[c for c in OUTBOX_COLUMNS if c != "timestamp"], F.unix_millis("timestamp").alias("ts"))
+    result = [
+        OutboxRow(
+            key=None if r.key is None else bytes(r.key),
+            value=None if r.value is None else bytes(r.value),
+            headers=[(h.key, bytes(h.value)) for h in r.headers],
+            partition=r.partition,
+            timestamp_ms=r.ts,
+            message_id=r.message_id,
+            error_class=r.error_class,
+            error_message=r.error_message,
+        )
+        for r in rows.collect()
+    ]
+    return sorted(result, key=lambda r: r.message_id)
+
+
+def expected(rows: list[dict[str, Any]], settings: CpsSourceSettings, start_counter: int = 0) -> list[OutboxRow]:
+    return sorted(reference_outbox([to_received(r) for r in rows], settings, start_counter), key=lambda r: r.message_id)
+
+
+SETTINGS = {
+    "defaults_round_robin": (CpsSourceSettings(partition_count=3), 0),
+    "key_ts_struct_round_robin": (
+        CpsSourceSettings(kafka_key_attribute="fox", kafka_timestamp_attribute="over", partition_count=3),
+        7,
+    ),
+    "key_ts_headers_hash_key": (
+        CpsSourceSettings(
+            kafka_key_attribute="fox",
+            kafka_timestamp_attribute="over",
+            kafka_record_headers=True,
+            partition_scheme="hash_key",
+            partition_count=3,
+        ),
+        0,
+    ),
+    "ordering_key_struct": (
+        CpsSourceSettings(
+            kafka_key_attribute="orderingKey",
+            make_ordering_key_attribute=True,
+            partition_scheme="ordering_key",
+            partition_count=4,
+        ),
+        2,
+    ),
+    "ordering_key_headers_hash_value": (
+        CpsSourceSettings(
+            kafka_key_attribute="orderingKey",
+            make_ordering_key_attribute=True,
+            kafka_record_headers=True,
+            partition_scheme="hash_value",
+            partition_count=5,
+        ),
+        0,
+    ),
+    "schemaless_kafka_partitioner": (
+        CpsSourceSettings(
+            kafka_key_attribute="fox",
+            kafka_timestamp_attribute="over",
+            value_schemas_enable=False,
+            partition_scheme="kafka_partitioner",
+            partition_count=3,
+        ),
+        0,
+    ),
+    "message_is_key_hash_key": (
+        CpsSourceSettings(
+            kafka_key_attribute="message",
+            make_ordering_key_attribute=True,
+            partition_scheme="hash_key",
+            partition_count=7,
+        ),
+        0,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> list[dict[str, Any]]:
+    return load_corpus()
+
+
+def test_outbox_schema_is_the_contract(spark: Any, corpus: list[dict[str, Any]]) -> None:
+    out = to_kafka_outbox(bronze_df(spark, corpus[:2]), CpsSourceSettings())
+    assert tuple(out.columns) == OUTBOX_COLUMNS
+    assert out.schema.simpleString() == OUTBOX_SCHEMA
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_batch_equals_reference(spark: Any, corpus: list[dict[str, Any]], name: str) -> None:
+    settings, start = SETTINGS[name]
+    got = collect(to_kafka_outbox(bronze_df(spark, corpus), settings, start_counter=start))
+    assert got == expected(corpus, settings, start)
+
+
+def test_issue_examples_in_batch(spark: Any, corpus: list[dict[str, Any]]) -> None:
+    """Spot checks with literal values, so a shared bug in batch and reference cannot hide."""
+    by_id = {
+        r.message_id: r
+        for r in collect(
+            to_kafka_outbox(bronze_df(spark, corpus), SETTINGS["key_ts_struct_round_robin"][0], start_counter=0)
+        )
+    }
+    assert by_id["m02"].key == b"jumped" and by_id["m02"].value == b"the"
+    assert by_id["m03"].timestamp_ms == 1234567890 and by_id["m03"].value == b"the"
+    assert by_id["m04"].value == (
+        b'{"schema":{"type":"struct","fields":[{"type":"bytes","optional":false,"field":"message"},'
+        b'{"type":"string","optional":false,"field":"attribute1"},'
+        b'{"type":"string","optional":false,"field":"attribute2"}],"optional":false},'
+        b'"payload":{"message":"dGhl","attribute1":"a","attribute2":"b"}}'
+    )
+    assert by_id["m05"].timestamp_ms == 1_004  # not a number -> publish time
+    assert (by_id["m06"].error_class, by_id["m06"].partition, by_id["m06"].timestamp_ms) == (
+        "InvalidTimestampError",
+        None,
+        None,
+    )
+    assert by_id["m09"].error_class == "DuplicateFieldError"
+    assert by_id["m15"].timestamp_ms == 1_014 and by_id["m16"].error_class == "InvalidTimestampError"
+    assert by_id["m17"].timestamp_ms == 12 and by_id["m18"].timestamp_ms == 1_017
+    # Round robin in (publish time, message_id) order, skipping dead letters: m19 (999), m00, m01 (1000) ...
+    assert [by_id[m].partition for m in ("m19", "m00", "m01", "m02")] == [0, 1, 2, 0]
+    headers = collect(
+        to_kafka_outbox(bronze_df(spark, corpus), SETTINGS["key_ts_headers_hash_key"][0], start_counter=0)
+    )
+    m04 = next(r for r in headers if r.message_id == "m04")
+    assert (m04.key, m04.value, m04.headers, m04.partition) == (
+        b"jumped",
+        b"the",
+        [("attribute1", b"a"), ("attribute2", b"b")],
+        1,
+    )
+    m08 = next(r for r in headers if r.message_id == "m08")
+    assert (m08.key, m08.partition) == (b"polygenelubricants", 0)
+
+
+def test_redelivered_message_yields_one_record(spark: Any, corpus: list[dict[str, Any]]) -> None:
+    out = to_kafka_outbox(bronze_df(spark, corpus), CpsSourceSettings())
+    ids = [r.message_id for r in out.select("message_id").collect()]
+    assert len(corpus) == 23
+    assert len(ids) == len(set(ids)) == 21
+    # The copy with the earliest ingest_time is kept, whatever the input order.
+    rows = [
+        {
+            "message_id": "d",
+            "data_hex": b"late".hex(),
+            "publish_time_ms": 5,
+            "ingest_time_ms": 9,
+            "attributes": {},
+        },
+        {
+            "message_id": "d",
+            "data_hex": b"early".hex(),
+            "publish_time_ms": 5,
+            "ingest_time_ms": 3,
+            "attributes": {},
+        },
+        {
+            "message_id": "d",
+            "data_hex": b"none".hex(),
+            "publish_time_ms": 5,
+            "ingest_time_ms": None,
+            "attributes": {},
+        },
+    ]
+    for order in (rows, rows[::-1]):
+        assert [r.value for r in collect(to_kafka_outbox(bronze_df(spark, order), CpsSourceSettings()))] == [b"early"]
+
+
+def test_replayed_batch_gets_identical_partitions(spark: Any, corpus: list[dict[str, Any]]) -> None:
+    settings = CpsSourceSettings(partition_count=4)
+    first = collect(to_kafka_outbox(bronze_df(spark, corpus), settings, start_counter=3))
+    replay_df = bronze_df(spark, list(reversed(corpus))).repartition(3)
+    assert collect(to_kafka_outbox(replay_df, settings, start_counter=3)) == first
+    by_id = {r.message_id: r.partition for r in first}
+    assert [by_id[m] for m in ("m19", "m00", "m01", "m02")] == [3, 0, 1, 2]
+
+
+def test_next_round_robin_counter(spark: Any, corpus: list[dict[str, Any]]) -> None:
+    df = bronze_df(spark, corpus)
+    # 21 distinct messages. Struct mode without a key attribute: m09 and m20 (attribute "message")
+    # are dead letters and take no slot -> 19.
+    assert next_round_robin_counter(df, CpsSourceSettings(partition_count=4), 3) == (3 + 19) % 4 == 2
+    # Headers mode: no dead letters -> 21.
+    headers = CpsSourceSettings(partition_count=4, kafka_record_headers=True)
+    assert next_round_robin_counter(df, headers, 2) == (2 + 21) % 4 == 3
+    # ordering_key: only the 16 messages without an ordering key take a slot.
+    ordering = CpsSourceSettings(partition_scheme="ordering_key", partition_count=5, kafka_record_headers=True)
+    assert next_round_robin_counter(df, ordering, 1) == (1 + 16) % 5 == 2
+    # Other schemes never advance the counter.
+    assert next_round_robin_counter(df, CpsSourceSettings(partition_scheme="hash_value", partition_count=4), 6) == 2
+
+
+def test_null_columns_are_empty_values(spark: Any) -> None:
+    rows = [
+        {"message_id": "n", "data_hex": None, "attributes": None, "ordering_key": None, "publish_time_ms": 7},
+    ]
+    settings = CpsSourceSettings(kafka_key_attribute="orderingKey", partition_scheme="hash_value", partition_count=3)
+    assert collect(to_kafka_outbox(bronze_df(spark, rows), settings)) == [
+        OutboxRow(b"", b"", [], 1 % 3, 7, "n")  # Arrays.hashCode(new byte[0]) == 1
+    ]
+
+
+def test_json_escaping_is_kafka_jackson(spark: Any) -> None:
+    """Control characters as Kafka's Jackson writes them: short escapes or \\u00XX upper-case."""
+    rows = [
+        {
+            "message_id": "e",
+            "data_hex": "00",
+            "attributes": {"k\u001f": '\u000b\u0000\b\f\r\n\t"\\/\u007f\u00e9'},
+            "publish_time_ms": 1,
+        }
+    ]
+    settings = CpsSourceSettings(value_schemas_enable=False)
+    [row] = collect(to_kafka_outbox(bronze_df(spark, rows), settings))
+    assert row.value == ('{"message":"AA==","k\\u001F":"\\u000B\\u0000\\b\\f\\r\\n\\t\\"\\\\/\u007f\u00e9"}').encode()
+
+
+def test_long_data_base64_has_no_line_breaks(spark: Any) -> None:
+    data = bytes(range(256)) * 4
+    rows = [{"message_id": "l", "data_hex": data.hex(), "attributes": {"a": "1"}, "publish_time_ms": 1}]
+    [row] = collect(to_kafka_outbox(bronze_df(spark, rows), CpsSourceSettings(value_schemas_enable=False)))
+    import base64
+
+    assert row.value == b'{"message":"' + base64.b64encode(data) + b'","a":"1"}'
+
+
+def test_string_hash_sql_is_exact(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    texts = [
+        "",
+        "a",
+        "Aa",
+        "BB",
+        "jumped",
+        "my-key",
+        "polygenelubricants",
+        "\u00e9\u00fc",
+        "\U0001f600",
+        "x\U0001f600y\u4e2d",
+        "k" * 1000,
+        None,
+    ]
+    df = spark.createDataFrame([(t,) for t in texts], "s string")
+    got = df.select(
+        "s",
+        java_string_hash_col(F.col("s")).alias("h"),
+        partition_for_hash_col(java_string_hash_col(F.col("s")), 3).alias("p"),
+    ).collect()
+    by_text = {r.s: (r.h, r.p) for r in got}
+    for t in texts:
+        if t is None:
+            assert by_text[None] == (None, None)
+        else:
+            assert by_text[t] == (java_string_hash(t), partition_for_hash(java_string_hash(t), 3)), t
+    assert by_text["polygenelubricants"] == (-2147483648, 0)
+
+
+def test_structless_converter_rejected_before_any_spark_work(spark: Any) -> None:
+    settings = CpsSourceSettings(value_converter="org.apache.kafka.connect.converters.ByteArrayConverter")
+    with pytest.raises(UnsupportedConverterError):
+        to_kafka_outbox(bronze_df(spark, load_corpus()[:1]), settings)
