@@ -1,0 +1,75 @@
+# Databricks notebook source
+# MAGIC %md
+# MAGIC # Explore a connector
+# MAGIC
+# MAGIC Row counts of the connector's bronze, outbox and dead-letter tables, where each stage's
+# MAGIC checkpoint stands (with the Kafka lag when `bootstrap_servers` is set), and the newest rows.
+# MAGIC
+# MAGIC Parameters (widgets on Databricks, `--name value` when run as a script):
+# MAGIC `connector` (its .properties file, or its name), `storage_root` (the bundle's variable
+# MAGIC `storage_root`), `catalog` and `schema` (empty for path tables), `bootstrap_servers`, `samples`.
+
+# COMMAND ----------
+
+import importlib.util
+import sys
+from pathlib import Path
+
+# The bundle's wheel or an install of the project; opened from the bundle's workspace files
+# without either, the notebook uses the synced src/ next to it.
+if importlib.util.find_spec("pubsub_connect") is None:
+    sys.path.insert(0, str(Path.cwd().parent / "src"))
+
+from pubsub_connect import explore
+
+# COMMAND ----------
+
+params = explore.notebook_params(globals(), {
+    "connector": "../resources/config/cps_sink.properties",
+    "storage_root": "./.pubsub-connect",
+    "catalog": "",
+    "schema": "",
+    "bootstrap_servers": "",
+    "samples": "5",
+})
+connector = explore.connector_ref(params["connector"])
+store = explore.open_store(params["storage_root"], params["catalog"], params["schema"])
+print(f"connector {connector.name} ({connector.kind or 'kind unknown'}), storage {store.root}")
+
+# COMMAND ----------
+
+# MAGIC %md ## Tables
+
+# COMMAND ----------
+
+counts = explore.table_counts(store, connector.name)
+print(explore.format_table([
+    {"table": kind, "rows": rows, "location": explore.table_location(store, explore.TableRef(kind, connector.name))}
+    for kind, rows in counts.items()
+]))
+
+# COMMAND ----------
+
+# MAGIC %md ## Checkpoints and lag
+
+# COMMAND ----------
+
+states = explore.connector_checkpoints(store, connector)
+print(explore.format_table(explore.checkpoint_rows(states)))
+kafka_states = [s for s in states if s.partition_offsets()]
+if params["bootstrap_servers"] and kafka_states:
+    for state in kafka_states:
+        topics = {topic for topic, _ in state.partition_offsets()}
+        ends = explore.kafka_end_offsets(params["bootstrap_servers"], topics)
+        print(explore.format_table(explore.offset_rows(state, ends)))
+
+# COMMAND ----------
+
+# MAGIC %md ## Newest rows
+
+# COMMAND ----------
+
+for kind in (explore.BRONZE, explore.OUTBOX, explore.DLQ):
+    rows = explore.sample_rows(store, connector.name, kind, limit=int(params["samples"]), width=60)
+    print(f"\n{kind} ({len(rows)} newest)")
+    print(explore.format_table(rows))

@@ -1,0 +1,560 @@
+"""Offline validation of the Databricks Asset Bundle (no Databricks CLI can be installed here).
+
+What ``databricks bundle validate`` would do, to the extent it matters for this bundle:
+
+1. load ``databricks.yml`` and every file its ``include`` globs match, rejecting unknown
+   top-level keys and duplicate resource keys;
+2. pick a target, apply its variable values over the defaults and resolve every ``${...}``
+   reference — bundle variables (also inside other variables' values, and whole-value
+   references that yield a number or a mapping, like complex variables), ``bundle.*`` and
+   ``workspace.*`` (with placeholder values for the deploying user);
+3. check every job strictly against the typed models of ``databricks-bundles``: unknown keys,
+   missing required keys, wrong scalar types and invalid enum values. ``Job.from_dict`` is run
+   too, but it is lenient on scalars (it turns a mapping into a string with ``str()``), hence
+   the strict walk over the same dataclasses;
+4. check what the schema cannot: task references (``depends_on``, ``job_cluster_key``), the
+   Jobs service's rules for continuous jobs, the wheel entry point, and that each task's
+   parameters are accepted by ``pubsub-connect-job`` and name config files of the bundle.
+
+Every check appends a message to a list instead of raising, so a test can assert the exact
+problems a mutated copy of the bundle has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+from databricks.bundles.core._variable import Variable
+from databricks.bundles.jobs import Job
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TARGETS = ("dev", "prod")
+USER = "someone@example.com"
+SHORT_NAME = "someone"
+HOST = "https://example.cloud.databricks.com"
+
+TOP_LEVEL_KEYS = {"bundle", "include", "artifacts", "variables", "targets", "workspace", "resources",
+                  "sync", "permissions", "run_as", "presets", "experimental", "scripts"}
+INCLUDED_FILE_KEYS = TOP_LEVEL_KEYS - {"bundle", "include"}
+TARGET_KEYS = {"default", "mode", "workspace", "variables", "permissions", "run_as", "presets", "resources",
+               "artifacts", "bundle", "git", "sync", "cluster_id", "compute_id"}
+VARIABLE_KEYS = {"description", "default", "type", "lookup"}
+ARTIFACT_KEYS = {"type", "path", "build", "files", "executable", "dynamic_version"}
+BUNDLE_PERMISSION_LEVELS = {"CAN_VIEW", "CAN_RUN", "CAN_MANAGE"}
+PRINCIPAL_KEYS = ("user_name", "group_name", "service_principal_name")
+
+#: Stage names per connector kind, in pipeline order (DESIGN.md / pipelines/runtime.py).
+STAGES = {
+    "cps_sink": ("ingest", "convert", "publish"),
+    "cps_source": ("pull", "convert", "produce"),
+    "lite_sink": ("ingest", "convert", "publish"),
+    "lite_source": ("pull", "convert", "produce"),
+    "archive": ("archive",),
+}
+
+#: libyaml's loader when PyYAML has it (the checks parse the bundle many times), same semantics.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: The CLI's default ``workspace.root_path``.
+DEFAULT_ROOT_PATH = "/Workspace/Users/${workspace.current_user.userName}/.bundle/${bundle.name}/${bundle.target}"
+
+_REF = re.compile(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z_][A-Za-z0-9_\-]*)*)\}")
+
+
+@dataclass
+class Bundle:
+    """The merged configuration of one target, references resolved."""
+
+    root: Path
+    target: str
+    config: dict[str, Any]
+    variables: dict[str, Any]
+    job_sources: dict[str, Path]
+    errors: list[str] = field(default_factory=list)
+    explicit_root_path: bool = False
+
+    @property
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        return self.config.get("resources", {}).get("jobs", {})
+
+    @property
+    def file_path(self) -> str:
+        return self.config["workspace"]["file_path"]
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and resolving
+# --------------------------------------------------------------------------------------------
+
+
+def _read_yaml(path: Path, errors: list[str]) -> dict[str, Any]:
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        errors.append(f"{path.name}: invalid YAML ({exc})")
+        return {}
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        errors.append(f"{path.name}: top level must be a mapping")
+        return {}
+    return data
+
+
+def load_raw(root: Path) -> tuple[dict[str, Any], dict[str, Path], list[str]]:
+    """databricks.yml plus its includes, merged; and where each job was defined."""
+    errors: list[str] = []
+    main = _read_yaml(root / "databricks.yml", errors)
+    for key in sorted(set(main) - TOP_LEVEL_KEYS):
+        errors.append(f"databricks.yml: unknown top-level key {key!r}")
+    job_sources: dict[str, Path] = {}
+    for key in main.get("resources", {}).get("jobs", {}):
+        job_sources[key] = root / "databricks.yml"
+    includes = main.get("include") or []
+    if not isinstance(includes, list):
+        errors.append("databricks.yml: include must be a list of globs")
+        includes = []
+    for pattern in includes:
+        matched = sorted(root.glob(pattern))
+        if not matched:
+            errors.append(f"databricks.yml: include {pattern!r} matches no file")
+        for path in matched:
+            rel = path.relative_to(root)
+            data = _read_yaml(path, errors)
+            for key in sorted(set(data) - INCLUDED_FILE_KEYS):
+                errors.append(f"{rel}: key {key!r} is not allowed in an included file")
+            for section, entries in data.items():
+                if section not in INCLUDED_FILE_KEYS or not isinstance(entries, dict):
+                    continue
+                target = main.setdefault(section, {})
+                if section == "resources":
+                    for kind, resources in entries.items():
+                        merged = target.setdefault(kind, {})
+                        for name, resource in (resources or {}).items():
+                            if name in merged:
+                                errors.append(f"{rel}: resources.{kind}.{name} is defined twice")
+                            merged[name] = resource
+                            if kind == "jobs":
+                                job_sources[name] = path
+                else:
+                    for name, value in entries.items():
+                        if name in target:
+                            errors.append(f"{rel}: {section}.{name} is defined twice")
+                        target[name] = value
+    return main, job_sources, errors
+
+
+class _Resolver:
+    def __init__(self, lookup: dict[str, Any], errors: list[str]):
+        self.lookup = lookup
+        self.errors = errors
+
+    def value(self, path: str, where: str) -> Any:
+        if path not in self.lookup:
+            self.errors.append(f"{where}: reference ${{{path}}} cannot be resolved")
+            return f"<unresolved {path}>"
+        return self.lookup[path]
+
+    def resolve(self, node: Any, where: str) -> Any:
+        if isinstance(node, dict):
+            return {k: self.resolve(v, f"{where}.{k}" if where else str(k)) for k, v in node.items()}
+        if isinstance(node, list):
+            return [self.resolve(v, f"{where}[{i}]") for i, v in enumerate(node)]
+        if not isinstance(node, str):
+            return node
+        whole = _REF.fullmatch(node)
+        if whole:  # a whole-value reference keeps the referenced value's type (int, mapping)
+            return self.value(whole.group(1), where)
+
+        def replace(match: re.Match[str]) -> str:
+            value = self.value(match.group(1), where)
+            if isinstance(value, (dict, list)):
+                self.errors.append(f"{where}: ${{{match.group(1)}}} is not a scalar and cannot be part of a string")
+                return ""
+            return str(value).lower() if isinstance(value, bool) else str(value)
+
+        return _REF.sub(replace, node)
+
+
+def _has_ref(node: Any) -> bool:
+    if isinstance(node, dict):
+        return any(_has_ref(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_ref(v) for v in node)
+    return isinstance(node, str) and _REF.search(node) is not None
+
+
+def resolve_target(root: Path, target: str) -> Bundle:
+    """Load the bundle and resolve it for ``target`` (see the module docstring)."""
+    config, job_sources, errors = load_raw(root)
+    name = config.get("bundle", {}).get("name")
+    if not name:
+        errors.append("databricks.yml: bundle.name is required")
+    targets = config.get("targets") or {}
+    defaults = [t for t, spec in targets.items() if (spec or {}).get("default") is True]
+    if len(defaults) != 1:
+        errors.append(f"databricks.yml: exactly one target must be the default, got {defaults}")
+    spec = targets.get(target)
+    if spec is None:
+        errors.append(f"databricks.yml: target {target!r} is not defined")
+        spec = {}
+    for key in sorted(set(spec) - TARGET_KEYS):
+        errors.append(f"targets.{target}: unknown key {key!r}")
+    if "resources" in spec:
+        errors.append(f"targets.{target}: resource overrides are not modelled by this check")
+    if spec.get("mode") not in (None, "development", "production"):
+        errors.append(f"targets.{target}.mode: {spec.get('mode')!r} is not development or production")
+
+    declared = config.get("variables") or {}
+    values: dict[str, Any] = {}
+    for var, definition in declared.items():
+        if not isinstance(definition, dict):
+            errors.append(f"variables.{var}: must be a mapping with description/default")
+            continue
+        for key in sorted(set(definition) - VARIABLE_KEYS):
+            errors.append(f"variables.{var}: unknown key {key!r}")
+        if isinstance(definition.get("default"), (dict, list)) and definition.get("type") != "complex":
+            errors.append(f"variables.{var}: a mapping or list default needs type: complex")
+        if "default" in definition:
+            values[var] = definition["default"]
+    for var, value in (spec.get("variables") or {}).items():
+        if var not in declared:
+            errors.append(f"targets.{target}.variables.{var}: variable is not declared")
+        values[var] = value
+    for var in declared:
+        if var not in values:
+            errors.append(f"variables.{var}: no value for target {target} (no default)")
+
+    workspace = {**(config.get("workspace") or {}), **(spec.get("workspace") or {})}
+    explicit_root_path = bool(workspace.get("root_path"))
+    lookup: dict[str, Any] = {
+        "bundle.name": name,
+        "bundle.target": target,
+        "workspace.host": HOST,
+        "workspace.current_user.userName": USER,
+        "workspace.current_user.short_name": SHORT_NAME,
+        "workspace.current_user.domain_friendly_name": SHORT_NAME,
+    }
+    resolver = _Resolver(lookup, errors)
+    root_path = workspace.get("root_path") or DEFAULT_ROOT_PATH
+    root_path = resolver.resolve(root_path, f"targets.{target}.workspace.root_path")
+    workspace.update({"root_path": root_path, "file_path": f"{root_path}/files",
+                      "artifact_path": f"{root_path}/artifacts", "state_path": f"{root_path}/state"})
+    lookup.update({f"workspace.{k}": v for k, v in workspace.items() if isinstance(v, str)})
+
+    # Variables may refer to variables: resolve to a fixed point (a cycle never gets there).
+    var_errors: list[str] = []
+    for _ in range(len(values) + 1):
+        lookup.update({f"var.{k}": v for k, v in values.items()})
+        if not any(_has_ref(v) for v in values.values()):
+            break
+        values = {k: _Resolver(lookup, var_errors).resolve(v, f"variables.{k}") for k, v in values.items()}
+    else:
+        errors.append("variables: references do not resolve (a cycle?)")
+    errors.extend(dict.fromkeys(var_errors))
+    lookup.update({f"var.{k}": v for k, v in values.items()})
+
+    resolved = {k: v for k, v in config.items() if k not in ("variables", "targets")}
+    resolved = resolver.resolve(resolved, "")
+    resolved["workspace"] = workspace
+    resolved["permissions"] = resolver.resolve(spec.get("permissions") or config.get("permissions") or [],
+                                               f"targets.{target}.permissions")
+    resolved["mode"] = spec.get("mode")
+    return Bundle(root, target, resolved, values, job_sources, errors, explicit_root_path)
+
+
+# --------------------------------------------------------------------------------------------
+# Strict model check
+# --------------------------------------------------------------------------------------------
+
+
+def check_model(tp: Any, value: Any, path: str, errors: list[str]) -> None:
+    """Check ``value`` (plain YAML data) against a databricks-bundles model type, strictly."""
+    if tp is Any:
+        return
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        arms = [a for a in typing.get_args(tp) if typing.get_origin(a) is not Variable]
+        if value is None and type(None) in arms:
+            return
+        arms = [a for a in arms if a is not type(None)]
+        trials = []
+        for arm in arms:
+            found: list[str] = []
+            check_model(arm, value, path, found)
+            if not found:
+                return
+            trials.append(found)
+        errors.extend(trials[0] if len(trials) == 1 else [f"{path}: {value!r} matches none of {arms}"])
+        return
+    if origin is list:
+        if not isinstance(value, list):
+            errors.append(f"{path}: expected a list, got {type(value).__name__}")
+            return
+        (item_type,) = typing.get_args(tp)
+        for i, item in enumerate(value):
+            check_model(item_type, item, f"{path}[{i}]", errors)
+        return
+    if origin is dict:
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a mapping, got {type(value).__name__}")
+            return
+        _, item_type = typing.get_args(tp)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                errors.append(f"{path}: key {key!r} is not a string")
+            check_model(item_type, item, f"{path}.{key}", errors)
+        return
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            errors.append(f"{path}: expected a mapping ({tp.__name__}), got {type(value).__name__}")
+            return
+        hints = typing.get_type_hints(tp)
+        fields = {f.name: f for f in dataclasses.fields(tp)}
+        for key in value:
+            if key not in fields:
+                errors.append(f"{path}: unknown key {key!r} for {tp.__name__}")
+        for name, spec in fields.items():
+            required = spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING
+            if name not in value:
+                if required:
+                    errors.append(f"{path}: missing required key {name!r} for {tp.__name__}")
+                continue
+            check_model(hints[name], value[name], f"{path}.{name}", errors)
+        return
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        allowed = [m.value for m in tp]
+        if value not in allowed:
+            errors.append(f"{path}: {value!r} is not one of {allowed}")
+        return
+    expected = {str: (str,), int: (int,), float: (int, float), bool: (bool,)}.get(tp)
+    if expected is None:
+        errors.append(f"{path}: no rule for type {tp!r}")
+    elif not isinstance(value, expected) or (tp is not bool and isinstance(value, bool)):
+        errors.append(f"{path}: expected {tp.__name__}, got {type(value).__name__} {value!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Bundle semantics
+# --------------------------------------------------------------------------------------------
+
+
+def _pyproject(root: Path) -> dict[str, Any]:
+    return tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def normalize(name: str) -> str:
+    """Python package name normalisation (PEP 503), as wheel installers compare names."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def check_top_level(bundle: Bundle) -> None:
+    errors, config = bundle.errors, bundle.config
+    artifacts = config.get("artifacts") or {}
+    wheels = {k: a for k, a in artifacts.items() if (a or {}).get("type") == "whl"}
+    if not wheels:
+        errors.append("artifacts: no python wheel artifact (type: whl)")
+    for key, artifact in artifacts.items():
+        for bad in sorted(set(artifact or {}) - ARTIFACT_KEYS):
+            errors.append(f"artifacts.{key}: unknown key {bad!r}")
+        path = bundle.root / str((artifact or {}).get("path", "."))
+        if (artifact or {}).get("type") == "whl" and not (path / "pyproject.toml").is_file():
+            errors.append(f"artifacts.{key}: {path} has no pyproject.toml")
+    if bundle.target == "prod":
+        if bundle.config.get("mode") != "production":
+            errors.append("targets.prod: mode must be production")
+        if not bundle.explicit_root_path or not config["workspace"]["root_path"].startswith("/Workspace/"):
+            errors.append("targets.prod: an explicit workspace.root_path under /Workspace is required")
+        if not config.get("permissions"):
+            errors.append("targets.prod: permissions are required")
+    for i, perm in enumerate(config.get("permissions") or []):
+        where = f"permissions[{i}]"
+        if perm.get("level") not in BUNDLE_PERMISSION_LEVELS:
+            errors.append(f"{where}: level {perm.get('level')!r} is not one of {sorted(BUNDLE_PERMISSION_LEVELS)}")
+        principals = [k for k in PRINCIPAL_KEYS if perm.get(k)]
+        if len(principals) != 1:
+            errors.append(f"{where}: exactly one of {', '.join(PRINCIPAL_KEYS)} is required")
+        for bad in sorted(set(perm) - {"level", *PRINCIPAL_KEYS}):
+            errors.append(f"{where}: unknown key {bad!r}")
+
+
+def _task_order(tasks: list[dict[str, Any]], where: str, errors: list[str]) -> None:
+    """depends_on must name tasks of the same job and form no cycle."""
+    keys = [t.get("task_key") for t in tasks]
+    for dup in sorted({k for k in keys if keys.count(k) > 1}):
+        errors.append(f"{where}: task_key {dup!r} is used twice")
+    graph = {t.get("task_key"): [d.get("task_key") for d in t.get("depends_on") or []] for t in tasks}
+    for key, deps in graph.items():
+        for dep in deps:
+            if dep not in graph:
+                errors.append(f"{where}.tasks[{key}].depends_on: task {dep!r} does not exist in this job")
+    state: dict[str, int] = {}
+
+    def visit(key: str, trail: list[str]) -> None:
+        if state.get(key) == 2:
+            return
+        if state.get(key) == 1:
+            errors.append(f"{where}: depends_on cycle {' -> '.join([*trail, key])}")
+            return
+        state[key] = 1
+        for dep in graph.get(key, []):
+            if dep in graph:
+                visit(dep, [*trail, key])
+        state[key] = 2
+
+    for key in graph:
+        visit(key, [])
+
+
+def check_jobs(bundle: Bundle) -> None:
+    errors = bundle.errors
+    project = _pyproject(bundle.root)["project"]
+    scripts = project.get("scripts", {})
+    if not bundle.jobs:
+        errors.append("resources.jobs: no jobs")
+    for job_key, job in bundle.jobs.items():
+        where = f"resources.jobs.{job_key}"
+        if not isinstance(job, dict):
+            errors.append(f"{where}: must be a mapping")
+            continue
+        found: list[str] = []
+        check_model(Job, job, where, found)
+        errors.extend(found)
+        if not found:
+            try:
+                Job.from_dict(job)
+            except (ValueError, TypeError) as exc:
+                errors.append(f"{where}: rejected by databricks.bundles Job.from_dict: {exc}")
+        tasks = job.get("tasks") or []
+        _task_order(tasks, where, errors)
+        clusters = {c.get("job_cluster_key") for c in job.get("job_clusters") or []}
+        continuous = job.get("continuous") is not None
+        if continuous and (job.get("schedule") or job.get("trigger")):
+            errors.append(f"{where}: a job is either continuous or scheduled/triggered, not both")
+        for task in tasks:
+            task_where = f"{where}.tasks[{task.get('task_key')}]"
+            if task.get("job_cluster_key") and task["job_cluster_key"] not in clusters:
+                errors.append(f"{task_where}.job_cluster_key: {task['job_cluster_key']!r} is not in job_clusters")
+            if continuous and task.get("depends_on"):
+                errors.append(f"{task_where}: continuous jobs cannot have task dependencies")
+            if continuous and any(k in task for k in ("max_retries", "min_retry_interval_millis", "retry_on_timeout")):
+                errors.append(f"{task_where}: continuous jobs cannot have retry policies")
+            wheel = task.get("python_wheel_task")
+            if not wheel:
+                continue
+            if normalize(str(wheel.get("package_name"))) != normalize(project["name"]):
+                errors.append(f"{task_where}: package_name {wheel.get('package_name')!r} is not {project['name']!r}")
+            if wheel.get("entry_point") not in scripts:
+                errors.append(f"{task_where}: entry_point {wheel.get('entry_point')!r} is not a "
+                              f"[project.scripts] name ({', '.join(scripts)})")
+            libraries = [lib.get("whl") for lib in task.get("libraries") or [] if lib.get("whl")]
+            source_dir = bundle.job_sources.get(job_key, bundle.root / "databricks.yml").parent
+            if not any((source_dir / whl).parent.resolve() == (bundle.root / "dist").resolve()
+                       and whl.endswith(".whl") for whl in libraries):
+                errors.append(f"{task_where}: libraries must install the bundle's wheel (dist/*.whl), got {libraries}")
+
+
+def wheel_tasks(bundle: Bundle) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(job key, job, task) of every python_wheel_task."""
+    return [(key, job, task) for key, job in bundle.jobs.items() for task in job.get("tasks") or []
+            if task.get("python_wheel_task")]
+
+
+def repo_path(bundle: Bundle, deployed: str) -> Path | None:
+    """The bundle file a deployed workspace path refers to (``${workspace.file_path}/x`` → ``x``)."""
+    prefix = bundle.file_path + "/"
+    return bundle.root / deployed[len(prefix):] if deployed.startswith(prefix) else None
+
+
+def check_task_parameters(bundle: Bundle) -> None:
+    """Each wheel task's parameters must parse with pubsub-connect-job's parser and name config
+    files of the bundle; stages must match the connector's kind; continuous jobs run every stage
+    without --once, scheduled jobs chain them in pipeline order with --once."""
+    from pubsub_connect import config as cfg
+    from pubsub_connect.jobs import build_parser
+
+    errors = bundle.errors
+    parser = build_parser()
+    by_job: dict[str, list[tuple[str, bool]]] = {}
+    kinds: dict[str, str] = {}
+    for job_key, _job, task in wheel_tasks(bundle):
+        where = f"resources.jobs.{job_key}.tasks[{task.get('task_key')}]"
+        params = task["python_wheel_task"].get("parameters") or []
+        try:
+            args = parser.parse_args(params)
+        except SystemExit:
+            errors.append(f"{where}: parameters {params} are rejected by pubsub-connect-job")
+            continue
+        for label, deployed in (("--connector", args.connector), ("--worker", args.worker)):
+            if deployed is None:
+                errors.append(f"{where}: {label} is missing")
+                continue
+            local = repo_path(bundle, deployed)
+            if local is None or not local.is_file():
+                errors.append(f"{where}: {label} {deployed} is not a file of the bundle "
+                              f"(expected ${{workspace.file_path}}/<file in the repo>)")
+        local = repo_path(bundle, args.connector)
+        if local is None or not local.is_file():
+            continue
+        try:
+            kind = cfg.connector_kind(cfg.read_properties(local), str(local))
+        except cfg.ConfigError as exc:
+            errors.append(f"{where}: {exc}")
+            continue
+        kinds[job_key] = kind
+        if len(args.stage) != 1 or args.stage[0] not in STAGES[kind]:
+            errors.append(f"{where}: --stage must name one stage of a {kind} connector "
+                          f"({', '.join(STAGES[kind])}), got {args.stage}")
+            continue
+        if args.stage[0] != task.get("task_key"):
+            errors.append(f"{where}: task_key should be the stage name {args.stage[0]!r}")
+        by_job.setdefault(job_key, []).append((args.stage[0], args.once))
+    for job_key, stages in by_job.items():
+        job = bundle.jobs[job_key]
+        expected = list(STAGES[kinds[job_key]])
+        names = [s for s, _ in stages]
+        if sorted(names) != sorted(expected):
+            errors.append(f"resources.jobs.{job_key}: tasks run stages {names}, the connector has {expected}")
+            continue
+        if job.get("continuous") is not None:
+            if any(once for _, once in stages):
+                errors.append(f"resources.jobs.{job_key}: a continuous job must not pass --once")
+        else:
+            if not all(once for _, once in stages):
+                errors.append(f"resources.jobs.{job_key}: a scheduled job must pass --once to every task")
+            deps = {t["task_key"]: [d["task_key"] for d in t.get("depends_on") or []] for t in job["tasks"]}
+            chain = {stage: ([expected[i - 1]] if i else []) for i, stage in enumerate(expected)}
+            if deps != chain:
+                errors.append(f"resources.jobs.{job_key}: scheduled tasks must run in the chain "
+                              f"{' -> '.join(expected)}, depends_on is {deps}")
+
+
+def validate(root: Path, target: str) -> Bundle:
+    """Everything above, for one target; ``bundle.errors`` lists the problems."""
+    bundle = resolve_target(root, target)
+    check_top_level(bundle)
+    check_jobs(bundle)
+    check_task_parameters(bundle)
+    return bundle
+
+
+def cluster_env(job: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, str]:
+    """The environment variables a task's job cluster sets (what ``${env:...}`` reads)."""
+    for cluster in job.get("job_clusters") or []:
+        if cluster.get("job_cluster_key") == task.get("job_cluster_key"):
+            return {k: str(v) for k, v in ((cluster.get("new_cluster") or {}).get("spark_env_vars") or {}).items()}
+    return {}

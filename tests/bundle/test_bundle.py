@@ -1,0 +1,334 @@
+"""The Databricks Asset Bundle, validated offline for both targets (see bundle_check.py).
+
+The positive tests check the real databricks.yml + resources/*.yml; the negative tests mutate a
+copy and assert the exact problems reported, so a check that silently stopped working fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from bundle_check import REPO_ROOT, STAGES, TARGETS, cluster_env, repo_path, validate, wheel_tasks
+from databricks.bundles.jobs import Job
+
+from pubsub_connect import explore, jobs
+from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
+
+KINDS = tuple(STAGES)
+
+
+@pytest.fixture(scope="module", params=TARGETS)
+def bundle(request: pytest.FixtureRequest):
+    return validate(REPO_ROOT, request.param)
+
+
+def test_bundle_validates_for_every_target(bundle) -> None:
+    assert bundle.errors == []
+    assert bundle.config["bundle"]["name"] == "pubsub_connect"
+    assert bundle.config["include"] == ["resources/*.yml"]
+    assert sorted(bundle.jobs) == sorted([*KINDS, *(f"{k}_batch" for k in KINDS)])
+    assert {k: p.name for k, p in bundle.job_sources.items()} == {
+        **{k: f"{k}.job.yml" for k in KINDS}, **{f"{k}_batch": f"{k}.job.yml" for k in KINDS}}
+    artifact = bundle.config["artifacts"]["python_artifact"]
+    assert (artifact["type"], artifact["path"]) == ("whl", ".")
+
+
+def test_targets_resolve_their_own_settings() -> None:
+    dev, prod = validate(REPO_ROOT, "dev"), validate(REPO_ROOT, "prod")
+    assert (dev.config["mode"], prod.config["mode"]) == ("development", "production")
+    assert dev.variables["schema"] == "pubsub_connect_someone"
+    assert dev.variables["storage_root"] == "/Volumes/main/pubsub_connect_someone/pubsub_connect"
+    assert prod.variables["storage_root"] == "/Volumes/main/pubsub_connect/pubsub_connect"
+    assert prod.config["workspace"]["root_path"] == "/Workspace/Users/someone@example.com/.bundle/pubsub_connect/prod"
+    assert prod.config["permissions"] == [{"group_name": "users", "level": "CAN_VIEW"}]
+    assert dev.config["permissions"] == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stage_names_are_the_pipelines_stage_names(kind: str) -> None:
+    assert explore.STAGE_ORDER[kind] == STAGES[kind]
+    try:
+        stages = stages_for(kind)
+    except NotAvailableError:
+        pytest.skip(f"the {kind} pipeline is not in this build yet")
+    assert tuple(stage.name for stage in stages) == STAGES[kind]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_continuous_job_runs_all_stages_side_by_side(bundle, kind: str) -> None:
+    job = bundle.jobs[kind]
+    paused = {"dev": "PAUSED", "prod": "UNPAUSED"}[bundle.target]  # dev deploys streams paused
+    assert job["continuous"] == {"pause_status": paused, "task_retry_mode": "ON_FAILURE"}
+    assert "schedule" not in job
+    assert [t["task_key"] for t in job["tasks"]] == list(STAGES[kind])
+    assert all("depends_on" not in t for t in job["tasks"])
+    for task in job["tasks"]:
+        params = task["python_wheel_task"]["parameters"]
+        assert params == [
+            "--connector", f"{bundle.file_path}/resources/config/{kind}.properties",
+            "--worker", f"{bundle.file_path}/resources/config/worker.properties",
+            "--stage", task["task_key"],
+        ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batch_job_chains_stages_with_once_on_a_paused_schedule(bundle, kind: str) -> None:
+    job = bundle.jobs[f"{kind}_batch"]
+    assert job["schedule"] == {"quartz_cron_expression": "0 0/15 * * * ?", "timezone_id": "UTC",
+                               "pause_status": "PAUSED"}
+    assert "continuous" not in job
+    assert job["max_concurrent_runs"] == 1
+    stages = STAGES[kind]
+    assert [(t["task_key"], [d["task_key"] for d in t.get("depends_on", [])]) for t in job["tasks"]] == [
+        (stage, [stages[i - 1]] if i else []) for i, stage in enumerate(stages)]
+    assert all(t["python_wheel_task"]["parameters"][-1] == "--once" for t in job["tasks"])
+
+
+def test_job_clusters_come_from_the_sizing_variables(bundle) -> None:
+    for key, job in bundle.jobs.items():
+        (cluster,) = job["job_clusters"]
+        spec = cluster["new_cluster"]
+        assert cluster["job_cluster_key"] == "connector", key
+        assert (spec["spark_version"], spec["node_type_id"], spec["num_workers"]) == (
+            bundle.variables["spark_version"], bundle.variables["node_type_id"], bundle.variables["num_workers"])
+        assert isinstance(spec["num_workers"], int)
+        assert spec["spark_env_vars"] == {
+            "PUBSUB_CONNECT_BOOTSTRAP_SERVERS": bundle.variables["kafka_bootstrap_servers"],
+            "PUBSUB_CONNECT_STORAGE_ROOT": bundle.variables["storage_root"],
+            "PUBSUB_CONNECT_CATALOG": bundle.variables["catalog"],
+            "PUBSUB_CONNECT_SCHEMA": bundle.variables["schema"],
+            "PUBSUB_CONNECT_GCP_PROJECT": bundle.variables["gcp_project"],
+            "PUBSUB_CONNECT_SECRET_SCOPE": bundle.variables["secret_scope"],
+        }
+
+
+def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a task does first on the cluster: load its .properties (with the cluster's env vars)
+    and resolve its secret references, here through a fake dbutils."""
+    checked = 0
+    for job_key, job, task in wheel_tasks(bundle):
+        env = cluster_env(job, task)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        asked: list[tuple[str, str]] = []
+
+        def fake_secret(scope: str, key: str, asked: list[tuple[str, str]] = asked) -> str:
+            asked.append((scope, key))
+            return '{"type": "service_account"}'
+
+        args = jobs.build_parser().parse_args(task["python_wheel_task"]["parameters"])
+        resolver = jobs.SecretResolver(fake_secret, env["PUBSUB_CONNECT_SECRET_SCOPE"])
+        run_config = jobs.load_run_config(str(repo_path(bundle, args.connector)),
+                                          str(repo_path(bundle, args.worker)), args.overrides, resolver)
+        (connector,) = run_config.connectors
+        kind = job["tags"]["connector"]
+        assert (connector.name, connector.kind) == (kind, kind), job_key
+        assert job_key in (kind, f"{kind}_batch")
+        worker = run_config.worker
+        assert worker.bootstrap_servers == bundle.variables["kafka_bootstrap_servers"]
+        assert worker.storage_root == bundle.variables["storage_root"]
+        assert (worker.get("storage.catalog"), worker.get("storage.schema")) == (
+            bundle.variables["catalog"], bundle.variables["schema"])
+        if kind == "archive":
+            assert asked == []
+            assert connector.get("output.path") == f"{bundle.variables['storage_root']}/archive"
+        else:
+            assert asked == [(bundle.variables["secret_scope"], "gcp-credentials-json")]
+            assert connector.get("gcp.credentials.json") == '{"type": "service_account"}'
+            project_key = "cps.project" if kind.startswith("cps") else "pubsublite.project"
+            assert connector.get(project_key) == bundle.variables["gcp_project"]
+        checked += 1
+    assert checked == 2 * sum(len(s) for s in STAGES.values())
+
+
+# --------------------------------------------------------------------------------------------
+# Negative cases: a mutated copy of the bundle must fail with exactly these problems
+# --------------------------------------------------------------------------------------------
+
+
+def _copy_bundle(tmp_path: Path) -> Path:
+    root = tmp_path / "bundle"
+    shutil.copytree(REPO_ROOT / "resources", root / "resources")
+    for name in ("databricks.yml", "pyproject.toml"):
+        shutil.copy(REPO_ROOT / name, root / name)
+    return root
+
+
+def _edit(root: Path, file: str, change: Callable[[dict[str, Any]], None]) -> None:
+    path = root / file
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def _job(data: dict[str, Any], key: str) -> dict[str, Any]:
+    return data["resources"]["jobs"][key]
+
+
+def _task(data: dict[str, Any], job: str, task: str) -> dict[str, Any]:
+    return next(t for t in _job(data, job)["tasks"] if t["task_key"] == task)
+
+
+def _set(target: dict[str, Any], key: str, value: Any) -> None:
+    target[key] = value
+
+
+J = "resources.jobs"
+FP = "/Workspace/Users/someone@example.com/.bundle/pubsub_connect/dev/files"
+
+NEGATIVE_CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None], list[str]]] = {
+    "unknown task key": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_task(d, "cps_sink", "ingest"), "python_wheel_tsk", {}),
+        [f"{J}.cps_sink.tasks[0]: unknown key 'python_wheel_tsk' for Task"],
+    ),
+    "unknown job key": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_job(d, "cps_sink"), "continous", {"pause_status": "PAUSED"}),
+        [f"{J}.cps_sink: unknown key 'continous' for Job"],
+    ),
+    "mapping where a string belongs": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_job(d, "cps_sink"), "name", {"text": "pubsub-connect"}),
+        [f"{J}.cps_sink.name: expected str, got dict {{'text': 'pubsub-connect'}}"],
+    ),
+    "string where an int belongs": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_job(d, "cps_sink_batch"), "max_concurrent_runs", "one"),
+        [f"{J}.cps_sink_batch.max_concurrent_runs: expected int, got str 'one'"],
+    ),
+    "string where a list belongs": (
+        "resources/archive.job.yml",
+        lambda d: _set(_task(d, "archive", "archive")["python_wheel_task"], "parameters", "--stage archive"),
+        [f"{J}.archive.tasks[0].python_wheel_task.parameters: expected a list, got str",
+         f"{J}.archive.tasks[archive]: parameters --stage archive are rejected by pubsub-connect-job"],
+    ),
+    "invalid enum value": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_job(d, "cps_sink")["continuous"], "pause_status", "STOPPED"),
+        [f"{J}.cps_sink.continuous.pause_status: 'STOPPED' is not one of ['UNPAUSED', 'PAUSED']"],
+    ),
+    "missing required key": (
+        "resources/cps_sink.job.yml",
+        lambda d: _task(d, "cps_sink", "publish")["python_wheel_task"].pop("package_name"),
+        [f"{J}.cps_sink.tasks[2].python_wheel_task: missing required key 'package_name' for PythonWheelTask",
+         f"{J}.cps_sink.tasks[publish]: package_name None is not 'pubsub-connect'"],
+    ),
+    "dangling depends_on": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_task(d, "cps_sink_batch", "publish"), "depends_on", [{"task_key": "conver"}]),
+        [f"{J}.cps_sink_batch.tasks[publish].depends_on: task 'conver' does not exist in this job",
+         f"{J}.cps_sink_batch: scheduled tasks must run in the chain ingest -> convert -> publish, depends_on is "
+         "{'ingest': [], 'convert': ['ingest'], 'publish': ['conver']}"],
+    ),
+    "depends_on cycle": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_task(d, "cps_sink_batch", "ingest"), "depends_on", [{"task_key": "publish"}]),
+        [f"{J}.cps_sink_batch: depends_on cycle ingest -> publish -> convert -> ingest",
+         f"{J}.cps_sink_batch: scheduled tasks must run in the chain ingest -> convert -> publish, depends_on is "
+         "{'ingest': ['publish'], 'convert': ['ingest'], 'publish': ['convert']}"],
+    ),
+    "depends_on in a continuous job": (
+        "resources/cps_source.job.yml",
+        lambda d: _set(_task(d, "cps_source", "convert"), "depends_on", [{"task_key": "pull"}]),
+        [f"{J}.cps_source.tasks[convert]: continuous jobs cannot have task dependencies"],
+    ),
+    "retries in a continuous job": (
+        "resources/lite_sink.job.yml",
+        lambda d: _set(_task(d, "lite_sink", "publish"), "max_retries", 3),
+        [f"{J}.lite_sink.tasks[publish]: continuous jobs cannot have retry policies"],
+    ),
+    "dangling job cluster": (
+        "resources/lite_source.job.yml",
+        lambda d: _set(_task(d, "lite_source", "produce"), "job_cluster_key", "conector"),
+        [f"{J}.lite_source.tasks[produce].job_cluster_key: 'conector' is not in job_clusters"],
+    ),
+    "undefined variable": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_job(d, "cps_sink")["job_clusters"][0], "new_cluster", "${var.connector_clusters}"),
+        ["resources.jobs.cps_sink.job_clusters[0].new_cluster: reference ${var.connector_clusters} cannot be resolved",
+         f"{J}.cps_sink.job_clusters[0].new_cluster: expected a mapping (ClusterSpec), got str"],
+    ),
+    "entry point not in the wheel": (
+        "resources/archive.job.yml",
+        lambda d: _set(_task(d, "archive_batch", "archive")["python_wheel_task"], "entry_point", "pubsub-connect-jobs"),
+        [f"{J}.archive_batch.tasks[archive]: entry_point 'pubsub-connect-jobs' is not a [project.scripts] name "
+         "(pubsub-connect, pubsub-connect-job)"],
+    ),
+    "unknown stage": (
+        "resources/cps_sink.job.yml",
+        lambda d: _task(d, "cps_sink", "publish")["python_wheel_task"]["parameters"].__setitem__(5, "publsh"),
+        [f"{J}.cps_sink.tasks[publish]: --stage must name one stage of a cps_sink connector "
+         "(ingest, convert, publish), got ['publsh']",
+         f"{J}.cps_sink: tasks run stages ['ingest', 'convert'], the connector has ['ingest', 'convert', 'publish']"],
+    ),
+    "batch task without --once": (
+        "resources/cps_sink.job.yml",
+        lambda d: _task(d, "cps_sink_batch", "convert")["python_wheel_task"]["parameters"].remove("--once"),
+        [f"{J}.cps_sink_batch: a scheduled job must pass --once to every task"],
+    ),
+    "config file not in the bundle": (
+        "resources/cps_sink.job.yml",
+        lambda d: _task(d, "cps_sink", "ingest")["python_wheel_task"]["parameters"].__setitem__(
+            1, "${workspace.file_path}/resources/config/cps-sink.properties"),
+        [f"{J}.cps_sink.tasks[ingest]: --connector {FP}/resources/config/cps-sink.properties is not a file of "
+         "the bundle (expected ${workspace.file_path}/<file in the repo>)",
+         f"{J}.cps_sink: tasks run stages ['convert', 'publish'], the connector has ['ingest', 'convert', 'publish']"],
+    ),
+    "wheel not installed": (
+        "resources/cps_sink.job.yml",
+        lambda d: _set(_task(d, "cps_sink", "ingest"), "libraries", [{"pypi": {"package": "pubsub-connect"}}]),
+        [f"{J}.cps_sink.tasks[ingest]: libraries must install the bundle's wheel (dist/*.whl), got []"],
+    ),
+    "unknown top-level key": (
+        "databricks.yml",
+        lambda d: _set(d, "resource", {}),
+        ["databricks.yml: unknown top-level key 'resource'"],
+    ),
+    "complex variable without type": (
+        "databricks.yml",
+        lambda d: d["variables"]["connector_cluster"].pop("type"),
+        ["variables.connector_cluster: a mapping or list default needs type: complex"],
+    ),
+    "target variable not declared": (
+        "databricks.yml",
+        lambda d: _set(d["targets"]["dev"]["variables"], "shema", "x"),
+        ["targets.dev.variables.shema: variable is not declared"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NEGATIVE_CASES))
+def test_mutated_bundle_fails_with_exact_errors(tmp_path: Path, case: str) -> None:
+    file, change, expected = NEGATIVE_CASES[case]
+    root = _copy_bundle(tmp_path)
+    assert validate(root, "dev").errors == []  # the copy is valid before the change
+    _edit(root, file, change)
+    assert validate(root, "dev").errors == expected
+
+
+def test_prod_needs_root_path_and_permissions(tmp_path: Path) -> None:
+    root = _copy_bundle(tmp_path)
+
+    def strip(d: dict[str, Any]) -> None:
+        del d["targets"]["prod"]["workspace"]
+        del d["targets"]["prod"]["permissions"]
+
+    _edit(root, "databricks.yml", strip)
+    assert validate(root, "dev").errors == []
+    assert validate(root, "prod").errors == [
+        "targets.prod: an explicit workspace.root_path under /Workspace is required",
+        "targets.prod: permissions are required",
+    ]
+
+
+def test_typed_models_alone_let_a_wrong_scalar_type_through() -> None:
+    """Why bundle_check walks the models itself: Job.from_dict stringifies a mapping given for a
+    string field instead of rejecting it."""
+    job = Job.from_dict({"name": {"text": "x"}, "tasks": [{"task_key": "a"}]})
+    assert job.name == "{'text': 'x'}"
