@@ -25,6 +25,7 @@ import base64
 import binascii
 import json
 import math
+import re
 import struct
 from collections.abc import Iterable
 from typing import Any
@@ -140,6 +141,15 @@ def _json_float(text: str) -> str:
     return f'"{text}"' if text in ("NaN", "Infinity", "-Infinity") else text
 
 
+_LOWER_HEX_ESCAPE = re.compile(r"\\u00([0-9a-f]{2})")
+
+
+def _json_string(text: str) -> str:
+    """A JSON string literal as Kafka's JsonConverter (Jackson) writes it: UTF-8 kept as is,
+    control characters escaped with upper-case hex (``\\u001F``; Python writes ``\\u001f``)."""
+    return _LOWER_HEX_ESCAPE.sub(lambda m: "\\u00" + m.group(1).upper(), json.dumps(text, ensure_ascii=False))
+
+
 def _map_items(value: Any) -> Iterable[tuple[Any, Any]]:
     if isinstance(value, dict):
         return value.items()
@@ -180,7 +190,7 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
     elif t is Type.STRING:
         if not isinstance(value, str):
             raise ConverterError(f"{path or 'value'}: expected string, got {type(value).__name__}")
-        out.append(json.dumps(value, ensure_ascii=False))
+        out.append(_json_string(value))
     elif t is Type.BYTES:
         if not isinstance(value, _BYTES_TYPES):
             raise ConverterError(f"{path or 'value'}: expected bytes, got {type(value).__name__}")
@@ -202,7 +212,7 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
             for i, (k, v) in enumerate(items):
                 if i:
                     out.append(",")
-                out.append(json.dumps(_check_str(k, path), ensure_ascii=False) + ":")
+                out.append(_json_string(_check_str(k, path)) + ":")
                 _write_json(schema.value_schema, v, out, f"{path}.{k}")
             out.append("}")
         else:  # Kafka writes maps with non-string keys as an array of [key, value] pairs
@@ -221,7 +231,7 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
         for i, f in enumerate(schema.fields):
             if i:
                 out.append(",")
-            out.append(json.dumps(f.name, ensure_ascii=False) + ":")
+            out.append(_json_string(f.name) + ":")
             _write_json(f.schema, value.get(f.name), out, f"{path}.{f.name}" if path else f.name)
         out.append("}")
 
@@ -234,7 +244,7 @@ def _write_schemaless_json(value: Any, out: list[str], path: str) -> None:
     elif isinstance(value, float):
         out.append(_json_float(java_double_to_string(value)))
     elif isinstance(value, str):
-        out.append(json.dumps(value, ensure_ascii=False))
+        out.append(_json_string(value))
     elif isinstance(value, _BYTES_TYPES):
         out.append('"' + base64.b64encode(bytes(value)).decode("ascii") + '"')
     elif isinstance(value, (list, tuple)):
@@ -250,7 +260,7 @@ def _write_schemaless_json(value: Any, out: list[str], path: str) -> None:
             for i, (k, v) in enumerate(value.items()):
                 if i:
                     out.append(",")
-                out.append(json.dumps(k, ensure_ascii=False) + ":")
+                out.append(_json_string(k) + ":")
                 _write_json(None, v, out, f"{path}.{k}")
             out.append("}")
         else:
@@ -545,11 +555,11 @@ def schema_to_json(schema: Schema) -> str:
         fields = []
         for f in schema.fields:
             inner = schema_to_json(f.schema)
-            fields.append(inner[:-1] + f',"field":{json.dumps(f.name, ensure_ascii=False)}}}')
+            fields.append(inner[:-1] + f',"field":{_json_string(f.name)}}}')
         parts.append(f'"fields":[{",".join(fields)}]')
     parts.append(f'"optional":{"true" if schema.optional else "false"}')
     if schema.name is not None:
-        parts.append(f'"name":{json.dumps(schema.name, ensure_ascii=False)}')
+        parts.append(f'"name":{_json_string(schema.name)}')
     return "{" + ",".join(parts) + "}"
 
 
