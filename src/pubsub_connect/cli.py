@@ -190,12 +190,14 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
+    from pubsub_connect.model.blockgzip import encode_value
     from pubsub_connect.pipelines.archive import archive_read
 
     if args.s3_endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = args.s3_endpoint
     for record in archive_read(args.path, args.offset, args.count):
-        sys.stdout.buffer.write(record + b"\n")
+        # the archive's own line encoding, so the output matches `gzip -dc` line for line
+        sys.stdout.buffer.write(encode_value(record) + b"\n")
     sys.stdout.flush()
     return 0
 

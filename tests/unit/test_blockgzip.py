@@ -1,0 +1,404 @@
+"""Block-GZIP format: escaping, blocks, index, names, reader, rotation rules (pure, no I/O
+except the real ``gzip`` command and the checked-in fixture)."""
+
+from __future__ import annotations
+
+import io
+import random
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pubsub_connect.model import blockgzip as bg
+from pubsub_connect.pipelines.archive import ArchiveReadError, archive_read, read_archive_records
+
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "archive" / "2016-02-24"
+FIXTURE_GZ = FIXTURE / "system-test-00000-000000000100.gz"
+
+#: The records of the checked-in fixture (see fixtures/archive/README.md).
+FIXTURE_RECORDS: list[tuple[int, bytes | None]] = [
+    (100, b'{"id":1,"msg":"hello"}'),
+    (101, b'{"id":2,"msg":"two\\nlines in JSON"}'),
+    (102, b"raw\nnewline"),
+    (103, None),
+    (104, b""),
+    (105, b"\x1estarts with RS"),
+    (106, b"back\\slash and \r cr"),
+    (107, b"\x00\xff\x10\n\x80"),
+    (108, b"plain-108"),
+    (109, b"plain-109"),
+    (110, b"plain-110"),
+    (111, b"plain-111"),
+]
+#: What ``gzip -dc`` prints for the fixture: one line per record.
+FIXTURE_TEXT = (
+    b'{"id":1,"msg":"hello"}\n'
+    b'{"id":2,"msg":"two\\nlines in JSON"}\n'
+    b"\x1eraw\\nnewline\n"
+    b"\x1e\n"
+    b"\n"
+    b"\x1e\x1estarts with RS\n"
+    b"\x1eback\\\\slash and \\r cr\n"
+    b"\x1e\x00\xff\x10\\n\x80\n"
+    b"plain-108\nplain-109\nplain-110\nplain-111\n"
+)
+
+needs_gzip = pytest.mark.skipif(shutil.which("gzip") is None, reason="the gzip command is not installed")
+
+
+def _write(records: list[tuple[int, bytes | None]], block_size: int) -> tuple[bytes, list[bg.Chunk]]:
+    sink = io.BytesIO()
+    chunks = bg.write_file(records, sink, block_size)
+    return sink.getvalue(), chunks
+
+
+# ------------------------------------------------------------------------------------------ escaping
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        (b'{"a":"x\\ny"}', b'{"a":"x\\ny"}'),  # JSON's own escapes are left alone
+        (b"plain \\ backslash", b"plain \\ backslash"),  # no LF/CR: verbatim, backslash untouched
+        (b"", b""),
+        (None, b"\x1e"),
+        (b"a\nb", b"\x1ea\\nb"),
+        (b"a\r\nb", b"\x1ea\\r\\nb"),
+        (b"c:\\dir\nx", b"\x1ec:\\\\dir\\nx"),
+        (b"\x1e", b"\x1e\x1e"),
+        (b"\x1eabc", b"\x1e\x1eabc"),
+        (b"mid\x1edle", b"mid\x1edle"),  # RS only matters at the start
+        (b"\n", b"\x1e\\n"),
+    ],
+)
+def test_encode_value_exact_lines(value: bytes | None, line: bytes) -> None:
+    assert bg.encode_value(value) == line
+    assert bg.decode_line(line) == value
+
+
+def test_escaping_round_trips_random_binary_values() -> None:
+    rng = random.Random(6)
+    alphabet = b"\n\r\\\x1enr ax\x00\xff"
+    values: list[bytes | None] = [
+        bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 12))) for _ in range(3000)
+    ]
+    values += [None, b"", b"\\", b"\\n", b"\x1e\\"]
+    for value in values:
+        line = bg.encode_value(value)
+        assert b"\n" not in line and b"\r" not in line
+        assert bg.decode_line(line) == value
+
+
+@pytest.mark.parametrize("line", [b"\x1ebad \\t escape", b"\x1eends with \\"])
+def test_decode_rejects_malformed_escapes(line: bytes) -> None:
+    with pytest.raises(bg.BlockGzipError):
+        bg.decode_line(line)
+
+
+# ------------------------------------------------------------------------------------------ blocks
+
+
+def test_blocks_close_when_uncompressed_bytes_reach_the_block_size() -> None:
+    # 10-byte values → 11-byte lines; 33 bytes per block → exactly 3 records per block.
+    records = [(o, b"v%09d" % o) for o in range(7)]
+    data, chunks = _write(records, block_size=33)
+    assert [(c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in chunks] == [
+        (33, 3, 0),
+        (33, 3, 3),
+        (11, 1, 6),
+    ]
+    # byte ranges tile the file exactly
+    lengths = [c.byte_length for c in chunks]
+    assert [c.byte_offset for c in chunks] == [0, lengths[0], lengths[0] + lengths[1]]
+    assert chunks[-1].byte_end == len(data)
+    # each range decompresses alone to its records
+    for chunk, expected in zip(chunks, [records[0:3], records[3:6], records[6:7]], strict=True):
+        assert bg.read_block(data[chunk.byte_offset : chunk.byte_end]) == [v for _, v in expected]
+    assert bg.read_records(data) == [v for _, v in records]
+
+
+def test_block_may_exceed_size_by_one_record_never_split() -> None:
+    records = [(0, b"a" * 5), (1, b"b" * 100), (2, b"c")]
+    _, chunks = _write(records, block_size=8)
+    assert [(c.byte_length_uncompressed, c.num_records) for c in chunks] == [(107, 2), (2, 1)]
+
+
+def test_offset_gap_closes_the_block_so_positions_map_to_offsets() -> None:
+    records = [(10, b"a"), (11, b"b"), (15, b"c"), (16, b"d"), (20, b"e")]
+    data, chunks = _write(records, block_size=1000)
+    assert [(c.first_record_offset, c.num_records, c.byte_length_uncompressed) for c in chunks] == [
+        (10, 2, 4),
+        (15, 2, 4),
+        (20, 1, 2),
+    ]
+    assert bg.find_chunk(chunks, 13) is None
+    assert bg.read_block(data[chunks[1].byte_offset : chunks[1].byte_end]) == [b"c", b"d"]
+
+
+def test_offsets_must_increase() -> None:
+    writer = bg.BlockGzipWriter(io.BytesIO(), 100)
+    writer.append(5, b"x")
+    with pytest.raises(bg.BlockGzipError, match="offsets must increase"):
+        writer.append(5, b"y")
+
+
+def test_output_is_deterministic_and_has_no_timestamp() -> None:
+    records = [(o, b"record %d" % o) for o in range(50)]
+    first, _ = _write(records, 64)
+    second, _ = _write(records, 64)
+    assert first == second
+    assert first[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"  # gzip, no flags, mtime 0, unix
+
+
+def test_large_blocks_are_fed_in_pieces_without_changing_the_output() -> None:
+    # 3 MiB of records with a 2 MiB block: the 1 MiB feed path runs several times per block.
+    value = bytes(range(32, 127)) * 10
+    records = [(o, value + b"%d" % o) for o in range(3300)]
+    data, chunks = _write(records, block_size=2 * 1024 * 1024)
+    assert len(chunks) == 2
+    assert sum(c.num_records for c in chunks) == 3300
+    assert sum(c.byte_length_uncompressed for c in chunks) == sum(len(v) + 1 for _, v in records)
+    assert bg.read_records(data) == [v for _, v in records]
+
+
+# ------------------------------------------------------------------------------------------ index
+
+
+def test_index_json_has_the_seed_keys_in_the_seed_order() -> None:
+    chunks = [bg.Chunk(2890, 100, 275, 0, 0), bg.Chunk(3121, 123, 325, 275, 100)]
+    assert bg.render_index(chunks) == (
+        b'{"chunks":[{"byte_length_uncompressed":2890,"num_records":100,"byte_length":275,'
+        b'"byte_offset":0,"first_record_offset":0},{"byte_length_uncompressed":3121,"num_records":123,'
+        b'"byte_length":325,"byte_offset":275,"first_record_offset":100}]}'
+    )
+    assert bg.parse_index(bg.render_index(chunks)) == chunks
+
+
+def test_parse_index_accepts_pretty_printed_json_and_rejects_holes() -> None:
+    pretty = (
+        '{\n  "chunks": [\n    {"first_record_offset": 7, "byte_offset": 0, "byte_length": 9,\n'
+        '     "num_records": 2, "byte_length_uncompressed": 12}\n  ]\n}'
+    )
+    assert bg.parse_index(pretty) == [bg.Chunk(12, 2, 9, 0, 7)]
+    hole = bg.render_index([bg.Chunk(10, 1, 5, 0, 0), bg.Chunk(10, 1, 5, 6, 1)])
+    with pytest.raises(bg.BlockGzipError, match="not contiguous at byte 5"):
+        bg.parse_index(hole)
+    with pytest.raises(bg.BlockGzipError, match="not a Block-GZIP index"):
+        bg.parse_index(b'{"blocks": []}')
+
+
+def test_find_chunk() -> None:
+    chunks = [bg.Chunk(1, 3, 1, 0, 100), bg.Chunk(1, 2, 1, 1, 103), bg.Chunk(1, 1, 1, 2, 110)]
+    assert [bg.find_chunk(chunks, o) for o in (99, 100, 102, 103, 104, 105, 109, 110, 111)] == [
+        None,
+        0,
+        0,
+        1,
+        1,
+        None,
+        None,
+        2,
+        None,
+    ]
+
+
+# ------------------------------------------------------------------------------------------ names
+
+
+def test_object_key_uses_the_first_record_date_in_utc() -> None:
+    assert (
+        bg.object_key("", "system-test", 0, 0, 1456272000000)
+        == "2016-02-24/system-test-00000-000000000000.gz"
+    )
+    # the last millisecond of a day stays in that day; the next one starts the next folder
+    assert (
+        bg.object_key("archive/", "t", 12, 100, 1456358399999) == "archive/2016-02-24/t-00012-000000000100.gz"
+    )
+    assert bg.object_key("p/", "t", 3, 7, 1456358400000) == "p/2016-02-25/t-00003-000000000007.gz"
+    # Kafka's "no timestamp" (-1)
+    assert bg.object_key("", "t", 0, 0, -1) == "1969-12-31/t-00000-000000000000.gz"
+    assert (
+        bg.index_key("p/2016-02-25/t-00003-000000000007.gz") == "p/2016-02-25/t-00003-000000000007.index.json"
+    )
+
+
+def test_parse_object_key() -> None:
+    name = bg.parse_object_key("arch/2016-02-24/my-topic-v2-00007-000000001234.index.json", "arch/")
+    assert name == bg.ArchiveName("arch/", "2016-02-24", "my-topic-v2", 7, 1234, ".index.json")
+    assert name.gz_key == "arch/2016-02-24/my-topic-v2-00007-000000001234.gz"
+    assert bg.parse_object_key("2016-02-24/t-123456-1000000000000.gz") == bg.ArchiveName(
+        "", "2016-02-24", "t", 123456, 1000000000000, ".gz"
+    )
+    assert bg.parse_object_key("other/2016-02-24/t-00000-000000000000.gz", "arch/") is None
+    assert bg.parse_object_key("arch/x/2016-02-24/t-00000-000000000000.gz", "arch/") is None
+    assert bg.parse_object_key("arch/2016-02-24/t-0-0.gz", "arch/") is None
+    assert bg.parse_object_key("arch/2016-02-24/t-00000-000000000000.gz.part", "arch/") is None
+
+
+# ------------------------------------------------------------------------------------------ fixture
+
+
+@needs_gzip
+def test_gzip_command_reads_the_fixture_as_one_stream_of_lines() -> None:
+    out = subprocess.run(["gzip", "-dc", str(FIXTURE_GZ)], capture_output=True, check=True).stdout
+    assert out == FIXTURE_TEXT
+    assert out.count(b"\n") == len(FIXTURE_RECORDS)
+
+
+@needs_gzip
+def test_gzip_command_reads_each_index_range_alone(tmp_path: Path) -> None:
+    data = FIXTURE_GZ.read_bytes()
+    chunks = bg.parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
+    assert [(c.first_record_offset, c.num_records) for c in chunks] == [(100, 2), (102, 5), (107, 5)]
+    lines = FIXTURE_TEXT.splitlines(keepends=True)
+    for chunk in chunks:
+        part = tmp_path / f"block-{chunk.first_record_offset}.gz"
+        part.write_bytes(data[chunk.byte_offset : chunk.byte_end])
+        out = subprocess.run(["gzip", "-dc", str(part)], capture_output=True, check=True).stdout
+        start = chunk.first_record_offset - 100
+        assert out == b"".join(lines[start : start + chunk.num_records])
+        assert len(out) == chunk.byte_length_uncompressed
+
+
+def test_python_reader_decodes_the_fixture_records() -> None:
+    assert bg.read_records(FIXTURE_GZ.read_bytes()) == [v for _, v in FIXTURE_RECORDS]
+
+
+def test_writer_reproduces_the_fixture() -> None:
+    data, chunks = _write(FIXTURE_RECORDS, block_size=40)
+    fixture_chunks = bg.parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
+    # Compressed bytes depend on the zlib build; block cuts and contents do not.
+    assert [(c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in chunks] == [
+        (c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in fixture_chunks
+    ]
+    assert bg.read_records(data) == bg.read_records(FIXTURE_GZ.read_bytes())
+
+
+@needs_gzip
+def test_gzip_command_reads_a_large_multi_block_file(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    records = [(o, bytes(rng.randrange(32, 127) for _ in range(rng.randrange(0, 200)))) for o in range(5000)]
+    data, chunks = _write(records, block_size=16 * 1024)
+    assert len(chunks) > 20
+    path = tmp_path / "f.gz"
+    path.write_bytes(data)
+    out = subprocess.run(["gzip", "-dc", str(path)], capture_output=True, check=True).stdout
+    assert out == b"".join(v + b"\n" for _, v in records)
+
+
+# ------------------------------------------------------------------------------------------ seek
+
+
+def test_archive_read_returns_the_block_holding_the_offset() -> None:
+    # offset 104 is in the block 102-106: the rest of that block
+    assert archive_read(str(FIXTURE_GZ), 104) == [b"", b"\x1estarts with RS", b"back\\slash and \r cr"]
+    assert archive_read(str(FIXTURE_GZ), 100) == [
+        b'{"id":1,"msg":"hello"}',
+        b'{"id":2,"msg":"two\\nlines in JSON"}',
+    ]
+    # the index path works too; tombstones are b"" in archive_read and None in read_archive_records
+    assert archive_read(str(FIXTURE / "system-test-00000-000000000100.index.json"), 103, 1) == [b""]
+    assert read_archive_records(str(FIXTURE_GZ), 103, 1) == [(103, None)]
+
+
+def test_archive_read_count_spans_blocks_and_stops_at_the_file_end() -> None:
+    assert read_archive_records(str(FIXTURE_GZ), 105, 4) == [
+        (105, b"\x1estarts with RS"),
+        (106, b"back\\slash and \r cr"),
+        (107, b"\x00\xff\x10\n\x80"),
+        (108, b"plain-108"),
+    ]
+    assert [o for o, _ in read_archive_records(str(FIXTURE_GZ), 109, 100)] == [109, 110, 111]
+    assert archive_read(str(FIXTURE_GZ), 111, 0) == []
+
+
+def test_archive_read_outside_the_file_names_its_range() -> None:
+    with pytest.raises(ArchiveReadError, match=r"offset 112 is not in .* \(it holds offsets 100\.\.111\)"):
+        archive_read(str(FIXTURE_GZ), 112)
+
+
+# ------------------------------------------------------------------------------------------ rotation
+
+
+def test_rotation_policy_rules() -> None:
+    policy = bg.RotationPolicy(block_size=10, chunks_per_file=3, flush_size=5, rotate_interval_ms=1000)
+    assert not policy.rotate_before(10_000, 10_999)
+    assert policy.rotate_before(10_000, 11_000)
+    assert not policy.rotate_before(10_000, 9_000)  # timestamps going backwards never rotate
+    assert not policy.full(4, 2)
+    assert policy.full(5, 0)
+    assert policy.full(1, 3)
+    off = bg.RotationPolicy(chunks_per_file=16)
+    assert not off.rotate_before(0, 10**12)
+    assert not off.full(10**9, 15)
+
+
+# ------------------------------------------------------------------------------------------ bulk path
+
+
+def _random_records(rng: random.Random, count: int) -> list[tuple[int, bytes | None]]:
+    alphabet = b"abc \n\r\\\x1e"
+    records: list[tuple[int, bytes | None]] = []
+    offset = rng.randrange(0, 1000)
+    for _ in range(count):
+        offset += 1 if rng.random() < 0.9 else rng.randrange(2, 5)  # some gaps
+        roll = rng.random()
+        if roll < 0.05:
+            value: bytes | None = None
+        elif roll < 0.2:
+            value = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+        else:
+            value = b"x" * rng.randrange(0, 60)
+        records.append((offset, value))
+    return records
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_extend_matches_append_byte_for_byte(seed: int) -> None:
+    rng = random.Random(seed)
+    records = _random_records(rng, 2000)
+    block_size = rng.choice([1, 7, 100, 1000, 10_000])
+    reference, ref_chunks = _write(records, block_size)
+
+    sink = io.BytesIO()
+    writer = bg.BlockGzipWriter(sink, block_size)
+    position = 0
+    while position < len(records):  # random batch sizes, sometimes mixed with single appends
+        step = rng.randrange(1, 300)
+        batch = records[position:position + step]
+        if rng.random() < 0.2:
+            for offset, value in batch:
+                writer.append(offset, value)
+            consumed = len(batch)
+        else:
+            consumed = writer.extend([o for o, _ in batch], [v for _, v in batch],
+                                     assume_sorted=rng.random() < 0.5)
+        assert consumed == len(batch)
+        position += consumed
+    assert writer.finish() == ref_chunks
+    assert sink.getvalue() == reference
+
+
+def test_extend_stops_when_the_file_has_its_blocks() -> None:
+    records = [(o, b"v%09d" % o) for o in range(10)]  # 11-byte lines
+    writer = bg.BlockGzipWriter(io.BytesIO(), 22)
+    consumed = writer.extend([o for o, _ in records], [v for _, v in records], max_chunks=3)
+    assert consumed == 6
+    assert [(c.first_record_offset, c.num_records) for c in writer.chunks] == [(0, 2), (2, 2), (4, 2)]
+    assert writer.open_block_records == 0 and writer.next_offset == 6
+
+
+@pytest.mark.parametrize("offsets", [[3, 2], [1, 1], [1, 2, 5, 4]])
+def test_extend_rejects_offsets_that_do_not_increase(offsets: list[int]) -> None:
+    writer = bg.BlockGzipWriter(io.BytesIO(), 100)
+    with pytest.raises(bg.BlockGzipError, match="offsets must increase"):
+        writer.extend(offsets, [b"v"] * len(offsets))
+
+
+def test_archive_read_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "2016-02-24" / "t-00000-000000000000.gz"
+    with pytest.raises(ArchiveReadError) as info:
+        archive_read(str(missing), 0)
+    assert str(info.value) == f"{missing}: {missing.with_suffix('').with_suffix('.index.json')} does not exist"
