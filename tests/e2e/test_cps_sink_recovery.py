@@ -49,6 +49,7 @@ def _kill_after_progress(proc: subprocess.Popen[bytes], log: Path, marker: str, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_kill_9_in_each_stage_loses_nothing(kafka_bootstrap: str, pubsub_emulator_host: str, tmp_path: Path,
                                             unique_name: str, spark) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=3)
