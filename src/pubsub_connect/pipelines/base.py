@@ -67,6 +67,16 @@ class PipelineContext:
         """Stream a previous stage's appends, bounded by ``pipeline.max.files.per.trigger``."""
         return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None)
 
+    def start_batches(self, source: DataFrame, config: ConnectorConfig, stage: str,
+                      process: Callable[[DataFrame, int], None]) -> StreamingQuery:
+        """Start a stage: ``process(batch, batch_id)`` for every micro-batch of ``source``, with
+        the stage's checkpoint (its Connect offsets), name and this run's trigger."""
+        return (source.writeStream.foreachBatch(process)
+                .option("checkpointLocation", self.store.checkpoint(config.name, stage))
+                .queryName(query_name(config, stage))
+                .trigger(**self.trigger())
+                .start())
+
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
         """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers and
         its ``consumer.*`` / ``producer.*`` keys."""

@@ -301,11 +301,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
         finally:
             batch.unpersist()
 
-    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
-            .queryName(query_name(config, "convert"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,11 +348,7 @@ def produce(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             raise ConnectorError(f"produce of batch {batch_id} to {config.get('kafka.topic')} failed: {exc}") from exc
         log.info("%s produce batch %d: %d records", config.name, batch_id, written)
 
-    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "produce"))
-            .queryName(query_name(config, "produce"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(outbox), config, "produce", process)
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

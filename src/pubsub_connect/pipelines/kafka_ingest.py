@@ -15,7 +15,7 @@ from pubsub_connect.config import ConnectorConfig
 from pubsub_connect.io.kafka_source import read_kafka
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.schemas import KAFKA_BRONZE
-from pubsub_connect.pipelines.base import PipelineContext, query_name
+from pubsub_connect.pipelines.base import PipelineContext
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -59,8 +59,4 @@ def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     def append(batch, batch_id: int) -> None:
         ctx.store.append_batch(bronze, batch, app_id, batch_id)
 
-    return (landed.writeStream.foreachBatch(append)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, STAGE))
-            .queryName(query_name(config, STAGE))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(landed, config, STAGE, append)
