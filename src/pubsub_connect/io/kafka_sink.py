@@ -187,6 +187,7 @@ def produce_batches(opts: KafkaWriteOptions, batches: Iterator[pa.RecordBatch]) 
 def _produce_batch(producer: Producer, opts: KafkaWriteOptions, batch: pa.RecordBatch,
                    delivery: _Delivery) -> int:
     import pyarrow as pa
+    from confluent_kafka import KafkaException
 
     n = batch.num_rows
     names = [name.lower() for name in batch.schema.names]
@@ -224,13 +225,19 @@ def _produce_batch(producer: Producer, opts: KafkaWriteOptions, batch: pa.Record
             except BufferError:
                 # Local queue full: serve delivery reports until there is room again.
                 producer.poll(0.1)
+            except KafkaException as exc:
+                # Rejected before sending (unknown partition, record too large, ...).
+                raise KafkaProduceError(
+                    f"Kafka sink: record {i} of the batch for {topic}[{'any' if part is None else part}] "
+                    f"was rejected: {exc.args[0].str()}"
+                ) from None
         if i % 1000 == 0:
             producer.poll(0)
     return n
 
 
 class KafkaBatchWriter(DataSourceArrowWriter):
-    """``df.write.format("pubsub_connect_kafka")``: one producer per task."""
+    """``df.write.format("pubsub_connect_kafka")``: each task produces through its worker's cached producer."""
 
     def __init__(self, opts: KafkaWriteOptions):
         self.opts = opts

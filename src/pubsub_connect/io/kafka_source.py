@@ -36,7 +36,7 @@ import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -297,7 +297,6 @@ class KafkaReadOptions:
     include_headers: bool = False
     poll_timeout_ms: int = _DEFAULT_POLL_TIMEOUT_MS
     offset_timeout_ms: int = _DEFAULT_OFFSET_TIMEOUT_MS
-    _pattern: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any], *, streaming: bool,
@@ -389,8 +388,13 @@ class KafkaReadOptions:
         return any(t == topic for t, _ in self.assign)
 
     def consumer_config(self, **overrides: Any) -> dict[str, Any]:
-        """A consumer that never joins a group nor commits: offsets live in the checkpoint."""
-        conf: dict[str, Any] = {"group.id": _DEFAULT_GROUP_ID, **self.client}
+        """A consumer that never joins a group nor commits: offsets live in the checkpoint.
+
+        ``isolation.level`` defaults to the Java client's ``read_uncommitted`` (librdkafka's own
+        default is ``read_committed``), so both connectors return the same records.
+        """
+        conf: dict[str, Any] = {"group.id": _DEFAULT_GROUP_ID, "isolation.level": "read_uncommitted",
+                                **self.client}
         conf.update(
             {
                 "enable.auto.commit": False,
@@ -621,35 +625,50 @@ def _arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-def messages_to_arrow(messages: Sequence[Message], offsets: Sequence[int], topic: str, partition: int,
-                      schema: pa.Schema, include_headers: bool) -> pa.RecordBatch:
-    """Column-wise conversion of consumed messages to one Arrow batch of the Kafka schema.
+class ArrowBatchBuilder:
+    """Column-wise conversion of one partition's consumed messages to Arrow batches.
 
-    Why column-wise: building Python row tuples costs roughly twice as much per record and the
-    Python data source API accepts Arrow batches directly. ``timestampType`` follows the Java
-    client's numbering (0 = CreateTime, 1 = LogAppendTime, -1 = none), which is librdkafka's
-    numbering minus one.
+    Why column-wise: building Python row tuples costs roughly twice as much per record, and the
+    Python data source API takes Arrow batches directly. The topic and partition columns are
+    constant for a task, so they are built once and sliced (zero-copy) per batch.
+    ``timestampType`` follows the Java client's numbering (0 = CreateTime, 1 = LogAppendTime,
+    -1 = none), which is librdkafka's numbering minus one.
     """
-    import numpy as np
-    import pyarrow as pa
 
-    n = len(messages)
-    stamps = [m.timestamp() for m in messages]
-    ts_type = np.fromiter((s[0] for s in stamps), dtype=np.int32, count=n) - 1
-    ts_us = np.fromiter((s[1] for s in stamps), dtype=np.int64, count=n) * 1000
-    arrays = [
-        pa.array([m.key() for m in messages], pa.binary()),
-        pa.array([m.value() for m in messages], pa.binary()),
-        pa.array([topic] * n, pa.string()),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(offsets, pa.int64()),
-        pa.array(ts_us, schema.field("timestamp").type),
-        pa.array(ts_type),
-    ]
-    if include_headers:
-        # Spark gives null (not an empty array) for a record without headers.
-        arrays.append(pa.array([m.headers() or None for m in messages], schema.field("headers").type))
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    def __init__(self, topic: str, partition: int, schema: pa.Schema, include_headers: bool,
+                 max_rows: int = _ARROW_BATCH_RECORDS):
+        import numpy as np
+        import pyarrow as pa
+
+        self.schema = schema
+        self.include_headers = include_headers
+        self._topic = pa.array([topic] * max_rows, pa.string())
+        self._partition = pa.array(np.full(max_rows, partition, dtype=np.int32))
+        self._ts_type = schema.field("timestamp").type
+        self._headers_type = schema.field("headers").type if include_headers else None
+
+    def build(self, messages: Sequence[Message], offsets: Any) -> pa.RecordBatch:
+        """``offsets``: the messages' offsets (a list, or a numpy range when contiguous)."""
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(messages)
+        stamps = [m.timestamp() for m in messages]
+        ts_type = np.fromiter((s[0] for s in stamps), dtype=np.int32, count=n) - 1
+        ts_us = np.fromiter((s[1] for s in stamps), dtype=np.int64, count=n) * 1000
+        arrays = [
+            pa.array([m.key() for m in messages], pa.binary()),
+            pa.array([m.value() for m in messages], pa.binary()),
+            self._topic.slice(0, n),
+            self._partition.slice(0, n),
+            pa.array(offsets, pa.int64()),
+            pa.array(ts_us, self._ts_type),
+            pa.array(ts_type),
+        ]
+        if self.include_headers:
+            # Spark gives null (not an empty array) for a record without headers.
+            arrays.append(pa.array([m.headers() or None for m in messages], self._headers_type))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
 
 def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
@@ -659,10 +678,11 @@ def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterato
     silently, as in Spark; a range that starts before the log start or ends beyond the high
     watermark is data loss (fail, or skip with a warning when ``failOnDataLoss=false``).
     """
+    import numpy as np
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    schema = _arrow_schema(opts.schema)
     topic, partition, until = part.topic, part.partition, part.end
+    builder = ArrowBatchBuilder(topic, partition, _arrow_schema(opts.schema), opts.include_headers)
     # Bound read-ahead to the range (librdkafka would otherwise prefetch up to 64 MB beyond it),
     # and resume fetching as soon as the bounded queue drains, not after the default 1 s pause.
     read_ahead = max(1, min(until - part.start, 100_000))
@@ -675,15 +695,24 @@ def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterato
         last_progress = time.monotonic()
         while position < until:
             batch: list[Message] = []
-            offsets: list[int] = []
-            msgs = consumer.consume(num_messages=min(until - position, _ARROW_BATCH_RECORDS), timeout=0.5)
-            if msgs and [m.error() for m in msgs].count(None) == len(msgs):
-                # Common case, no events: offsets ascend, so the wanted slice is found by bisection.
-                all_offsets = [m.offset() for m in msgs]
-                first = bisect.bisect_left(all_offsets, position)
-                last = bisect.bisect_left(all_offsets, until)
-                batch, offsets = msgs[first:last], all_offsets[first:last]
-                position = until if last < len(msgs) else max(position, all_offsets[-1] + 1)
+            offsets: Any = []  # list[int], or a numpy range for a contiguous batch
+            msgs = consumer.consume(num_messages=min(until - position, _ARROW_BATCH_RECORDS), timeout=0.1)
+            n = len(msgs)
+            if n and all(m.error() is None for m in msgs):
+                # Common case, records only. Offsets ascend; when they are contiguous the wanted
+                # slice is plain arithmetic, otherwise (compaction, markers) a bisection.
+                first, last = msgs[0].offset(), msgs[-1].offset()
+                if last - first == n - 1:
+                    lo = min(max(0, position - first), n)
+                    hi = max(lo, min(n, until - first))
+                    offsets = np.arange(first + lo, first + hi, dtype=np.int64)
+                else:
+                    all_offsets = [m.offset() for m in msgs]
+                    lo = bisect.bisect_left(all_offsets, position)
+                    hi = bisect.bisect_left(all_offsets, until)
+                    offsets = all_offsets[lo:hi]
+                batch = msgs[lo:hi]
+                position = until if hi < n else max(position, last + 1)
                 msgs = []
             for msg in msgs:
                 err = msg.error()
@@ -708,7 +737,7 @@ def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterato
                     log.warning("transient Kafka error reading %s-%d: %s", topic, partition, err)
             now = time.monotonic()
             if batch:
-                yield messages_to_arrow(batch, offsets, topic, partition, schema, opts.include_headers)
+                yield builder.build(batch, offsets)
                 last_progress = now
                 continue
             if position >= until:

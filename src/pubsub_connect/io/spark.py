@@ -39,7 +39,7 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.adaptive.enabled": "true",
     "spark.python.worker.reuse": "true",
 }
 
