@@ -212,11 +212,12 @@ COMMANDS = {
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from pubsub_connect.io.pubsub import PubSubIOError
     from pubsub_connect.model.connect import DataError
     from pubsub_connect.pipelines.base import ConnectorError
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
-    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError)
+    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

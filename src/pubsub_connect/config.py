@@ -623,7 +623,7 @@ def _cross_checks(config: ConnectorConfig) -> None:
         bucket, path = config.get("s3.bucket"), config.get("output.path")
         if bool(bucket) == bool(path):
             raise ConfigError(f"{source}: set exactly one of s3.bucket (S3) or output.path (local or /Volumes)")
-    if config.kind in (CPS_SINK, CPS_SOURCE):
+    if config.kind in (CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE):
         for key in ("gcp.credentials.file.path",):
             path = config.get(key)
             if path and not Path(path).is_file():

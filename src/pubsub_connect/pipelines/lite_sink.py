@@ -1,0 +1,305 @@
+"""Pub/Sub Lite sink connector: Kafka → bronze → outbox → Pub/Sub Lite.
+
+The stages (each a streaming query with its own checkpoint, each runnable alone), as the Cloud
+Pub/Sub sink's:
+
+1. ``ingest``  — Kafka ``topics``/``topics.regex`` → ``bronze/<name>`` (the shared Kafka ingest);
+2. ``convert`` — bronze → ``outbox/<name>``: Google's Lite data model (``model.lite``: key, data,
+   multi-valued attributes with the ``x-goog-pubsublite-source-kafka-*`` coordinates, event
+   time) in Arrow batches inside Spark tasks; records that cannot be encoded → ``dlq/<name>``,
+   or with ``errors.tolerance=none`` the connector stops naming the first of them;
+3. ``publish`` — outbox → the Lite topic with the official client. Rows of one Kafka partition
+   go to one task in offset order; each task publishes to the Lite partitions its rows route to
+   and the micro-batch (hence the checkpoint) commits only when every message was acknowledged
+   with an offset: at-least-once, no loss, per-key order kept.
+
+Routing (``pubsublite.ordering.mode``): ``DEFAULT`` is the official publisher's policy (SHA-256
+of the key modulo the partition count, empty keys round-robin); ``KAFKA`` publishes Kafka
+partition *n* to Lite partition *n*, so the Lite topic needs at least as many partitions as the
+Kafka topics: checked when the ingest and publish stages start (one-line error) and again for
+every row.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import BYTE_ARRAY_CONVERTER, ConnectorConfig
+from pubsub_connect.io.pubsublite import (
+    LiteConnection,
+    LiteIOError,
+    LitePublishError,
+    PartitionPublisher,
+    default_router,
+    topic_partition_count,
+)
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.lite import LITE_OUTBOX_DDL, outbox_messages, sink_outbox_batch
+from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line, query_name
+from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+DEFAULT = "DEFAULT"
+KAFKA = "KAFKA"
+
+#: Output of the convert function: outbox columns, then why a row failed and its raw bytes.
+CONVERTED_DDL = f"{LITE_OUTBOX_DDL}, error_class string, error_message string, raw_key binary, raw_value binary"
+_BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+
+
+@dataclass(frozen=True)
+class LiteSinkSettings:
+    """The sink keys as primitives (pickled into tasks)."""
+
+    connection: LiteConnection
+    topic_path: str
+    ordering_mode: str = DEFAULT
+
+    @classmethod
+    def from_connector(cls, config: ConnectorConfig) -> LiteSinkSettings:
+        conn = LiteConnection.from_connector(config)
+        return cls(conn, conn.topic_path(str(config.get("pubsublite.topic"))),
+                   str(config.get("pubsublite.ordering.mode")).upper())
+
+
+# --------------------------------------------------------------------------------------------
+# Start-up check (ordering mode KAFKA)
+# --------------------------------------------------------------------------------------------
+
+
+def kafka_partition_counts(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, int]:
+    """Partitions of the Kafka topics the connector reads (``topics`` or ``topics.regex``),
+    for those that exist now."""
+    import re
+
+    from confluent_kafka.admin import AdminClient
+
+    client = {"bootstrap.servers": ctx.worker.bootstrap_servers}
+    client.update({k: v for k, v in ctx.worker.client_conf("consumer.").items()
+                   if k.startswith(("security.", "ssl.", "sasl."))})
+    metadata = AdminClient(client).list_topics(timeout=30)
+    listed = config.get("topics")
+    pattern = None if listed else re.compile(str(config.get("topics.regex")))
+    counts = {}
+    for name, topic in metadata.topics.items():
+        if topic.error is not None:
+            continue
+        if (listed and name in listed) or (pattern is not None and not name.startswith("__")
+                                           and pattern.fullmatch(name)):
+            counts[name] = len(topic.partitions)
+    return counts
+
+
+def check_partitions(ctx: PipelineContext, config: ConnectorConfig, settings: LiteSinkSettings) -> int:
+    """The Lite topic's partition count; with ordering mode KAFKA a one-line error when it has
+    fewer partitions than a Kafka topic the connector reads."""
+    try:
+        count = topic_partition_count(settings.connection, settings.topic_path)
+    except LiteIOError as exc:  # unreachable endpoint, missing topic: the user's to fix
+        raise ConnectorError(f"{config.name}: {exc}") from None
+    if settings.ordering_mode == KAFKA:
+        counts = kafka_partition_counts(ctx, config)
+        if counts:
+            topic, needed = max(sorted(counts.items()), key=lambda item: item[1])
+            if needed > count:
+                raise ConnectorError(
+                    f"{config.name}: pubsublite.ordering.mode=KAFKA publishes Kafka partition N to Lite partition "
+                    f"N, but Kafka topic {topic} has {needed} partitions and Lite topic {settings.topic_path} has "
+                    f"only {count}: add Lite partitions or use pubsublite.ordering.mode=DEFAULT")
+    return count
+
+
+def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """The shared Kafka ingest, after the start-up check (so a misconfigured connector fails
+    before it lands anything)."""
+    check_partitions(ctx, config, LiteSinkSettings.from_connector(config))
+    return kafka_ingest(ctx, config)
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 2: convert
+# --------------------------------------------------------------------------------------------
+
+
+class ConvertPartition:
+    """``mapInArrow`` function: Kafka bronze batches → Lite outbox rows plus failed rows."""
+
+    def __init__(self, key_converter: str, key_schemas: bool, value_converter: str, value_schemas: bool):
+        self.key_converter = (key_converter, key_schemas)
+        self.value_converter = (value_converter, value_schemas)
+
+    @staticmethod
+    def _make(spec: tuple[str, bool]) -> Any:
+        from pubsub_connect.model.converters import make_converter
+
+        name, schemas = spec
+        return None if name == BYTE_ARRAY_CONVERTER else make_converter(name, schemas)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        key_converter, value_converter = self._make(self.key_converter), self._make(self.value_converter)
+        schema = converted_arrow_schema()
+        for batch in batches:
+            outbox, failures, _skipped = sink_outbox_batch(batch, key_converter=key_converter,
+                                                           value_converter=value_converter)
+            n = outbox.num_rows
+            columns = [column.cast(schema.field(i).type) for i, column in enumerate(outbox.columns)]
+            good = pa.RecordBatch.from_arrays(
+                [*columns, pa.nulls(n, pa.string()), pa.nulls(n, pa.string()), pa.nulls(n, pa.binary()),
+                 pa.nulls(n, pa.binary())], schema=schema)
+            yield good
+            if failures:
+                yield _failed_rows(batch, failures, schema)
+
+
+def converted_arrow_schema() -> pa.Schema:
+    """The Arrow form of :data:`CONVERTED_DDL` (built without a SparkSession: runs in tasks)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    extra = [StructField("error_class", StringType()), StructField("error_message", StringType()),
+             StructField("raw_key", BinaryType()), StructField("raw_value", BinaryType())]
+    return to_arrow_schema(StructType([*LITE_OUTBOX.fields, *extra]), timezone="UTC")
+
+
+def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    index = pa.array([f.index for f in failures], pa.int64())
+    n = len(failures)
+    columns = {name: bronze.column(name) for name in bronze.schema.names}
+    arrays = [pa.nulls(n, schema.field(name).type) for name in ("key", "data", "attributes", "event_time")]
+    arrays += [columns["topic"].take(index).cast(pa.string()), columns["partition"].take(index).cast(pa.int32()),
+               columns["offset"].take(index).cast(pa.int64()),
+               pa.array([f.error.error_class for f in failures], pa.string()),
+               pa.array([" ".join(str(f.error).split()) for f in failures], pa.string()),
+               columns["key"].take(index).cast(pa.binary()), columns["value"].take(index).cast(pa.binary())]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
+    """One bronze micro-batch → converted rows (``CONVERTED_DDL``), split by :func:`split`."""
+    fn = ConvertPartition(str(config.get("key.converter")), bool(config.get("key.converter.schemas.enable")),
+                          str(config.get("value.converter")), bool(config.get("value.converter.schemas.enable")))
+    return bronze_batch.select(*_BRONZE_INPUT).mapInArrow(fn, CONVERTED_DDL)
+
+
+def split(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Converted rows → (outbox rows, ``KAFKA_DLQ``-shaped dead-letter rows)."""
+    good = converted.filter(F.col("error_class").isNull()).select(*[f.name for f in LITE_OUTBOX.fields])
+    bad = converted.filter(F.col("error_class").isNotNull()).select(
+        F.lit("convert").alias("stage"), "topic", "partition", "offset", F.col("raw_key").alias("key"),
+        F.col("raw_value").alias("value"), "error_class", "error_message", F.current_timestamp().alias("failed_at"))
+    return good, bad
+
+
+def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
+    ctx.store.ensure(bronze, KAFKA_BRONZE)
+    ctx.store.ensure(outbox, LITE_OUTBOX)
+    ctx.store.ensure(dlq, KAFKA_DLQ)
+    app_id = f"{config.name}/convert"
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        # persisted: the Python conversion runs once although several actions read its result
+        converted = converted_rows(batch, config).persist()
+        try:
+            good, bad = split(converted)
+            dead_letter(ctx, config, dlq, bad, batch_id)
+            ctx.store.append_batch(outbox, good, app_id, batch_id)
+        finally:
+            converted.unpersist()
+
+    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
+            .queryName(query_name(config, "convert"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 3: publish
+# --------------------------------------------------------------------------------------------
+
+
+class PublishPartition:
+    """``mapInArrow`` function: publishes one Spark partition of outbox rows (sorted by Kafka
+    partition and offset) and yields how many were published. Raises — failing the task, hence
+    the batch — unless every message was acknowledged."""
+
+    def __init__(self, settings: LiteSinkSettings, partition_count: int):
+        self.settings = settings
+        self.partition_count = partition_count
+
+    def route(self) -> Any:
+        count = self.partition_count
+        if self.settings.ordering_mode != KAFKA:
+            router = default_router(count)
+            return lambda kafka_partition, key: router(key)
+
+        def same_partition(kafka_partition: int | None, _key: bytes) -> int:
+            if kafka_partition is None or not 0 <= kafka_partition < count:
+                raise LitePublishError(
+                    f"pubsublite.ordering.mode=KAFKA: Kafka partition {kafka_partition} has no Lite partition in "
+                    f"{self.settings.topic_path} ({count} partitions)")
+            return kafka_partition
+
+        return same_partition
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        route = self.route()
+        with PartitionPublisher(self.settings.connection, self.settings.topic_path) as publisher:
+            for batch in batches:
+                for kafka_partition, message in outbox_messages(batch):
+                    publisher.publish(route(kafka_partition, message.key), message.to_proto())
+            stats = publisher.wait()
+        yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
+
+
+def publish_batch(outbox_batch: DataFrame, settings: LiteSinkSettings, partition_count: int, tasks: int) -> int:
+    """Publish a micro-batch; returns how many messages Lite acknowledged.
+
+    Rows of one Kafka partition go to one task in offset order: a key's messages (one Kafka
+    partition, one Lite partition in either mode) are published in Kafka order, and batches one
+    after the other, so the order holds across micro-batches too.
+    """
+    rows = outbox_batch.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
+    counts = rows.mapInArrow(PublishPartition(settings, partition_count), "published long").collect()
+    return sum(int(row.published) for row in counts)
+
+
+def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    outbox = TableRef(OUTBOX, config.name)
+    ctx.store.ensure(outbox, LITE_OUTBOX)
+    settings = LiteSinkSettings.from_connector(config)
+    check_partitions(ctx, config, settings)
+    tasks = int(config.get("tasks.max"))
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        try:
+            # per batch: partitions added to the Lite topic are used from the next batch on
+            count = topic_partition_count(settings.connection, settings.topic_path)
+            published = publish_batch(batch, settings, count, tasks)
+        except Exception as exc:
+            raise ConnectorError(f"publish of batch {batch_id} to {settings.topic_path} failed: "
+                                 f"{error_line(exc)}") from exc
+        log.info("%s publish batch %d: %d messages", config.name, batch_id, published)
+
+    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "publish"))
+            .queryName(query_name(config, "publish"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]

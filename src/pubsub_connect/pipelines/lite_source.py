@@ -1,0 +1,213 @@
+"""Pub/Sub Lite source connector: Pub/Sub Lite → bronze → outbox → Kafka.
+
+1. ``pull`` — the subscription's partitions → ``bronze/<name>``. Lite is replayable, so this
+   stage is a Spark streaming query over the Lite data source (:mod:`pubsub_connect.io.
+   lite_source`): each micro-batch is a set of per-partition offset ranges recorded in the
+   checkpoint before it is read, appended exactly once (Delta txn ``<name>/pull``), and only
+   then are the ranges' ends committed to Lite as the subscription's cursors. A crash before
+   the append replays the same ranges; after it, the replayed append is skipped and the cursor
+   commit repeated. So bronze holds every message exactly once, and the cursors (which
+   Google's tools and a fresh checkpoint start from) never pass what is durable.
+2. ``convert`` — bronze → ``outbox/<name>``: Google's message → record mapping
+   (``model.lite``: empty key → null, attributes → repeated bytes headers, event time else
+   publish time) with an explicit Kafka partition: same non-empty key → same partition (Kafka's
+   murmur2), null keys round-robin, continuing across batches. The mapping is total (every Lite
+   message is a valid Kafka record), so no dead-letter table is involved.
+3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch with a marker
+   that makes a replayed batch a no-op (``io.kafka_txn``): exactly once for ``read_committed``
+   consumers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.io.kafka_txn import OutRecord, TransactionalBatchWriter
+from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
+from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
+from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
+from pubsub_connect.model.lite import kafka_outbox_batch
+from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.cps_source import producer_config
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming import StreamingQuery
+
+log = logging.getLogger(__name__)
+
+_MESSAGE_COLUMNS = [f.name for f in LITE_MESSAGE_FIELDS]
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 1: pull
+# --------------------------------------------------------------------------------------------
+
+
+def _has_checkpoint(location: str) -> bool:
+    """Whether a local checkpoint already recorded offsets (remote ones are assumed to)."""
+    if "://" in location:
+        return True
+    offsets = Path(location) / "offsets"
+    return offsets.is_dir() and any(offsets.iterdir())
+
+
+def resume_floor(ctx: PipelineContext, bronze: TableRef) -> dict[int, int]:
+    """``{partition: 1 + highest offset in bronze}``: where a *new* checkpoint must start at the
+    earliest, so that losing the pull checkpoint does not land messages in bronze twice."""
+    if ctx.store.row_count(bronze) == 0:
+        return {}
+    rows = ctx.store.read(bronze).groupBy("partition").agg(F.max("offset").alias("last")).collect()
+    return {int(r.partition): int(r["last"]) + 1 for r in rows}
+
+
+def read_options(ctx: PipelineContext, config: ConnectorConfig, floor: dict[int, int]) -> LiteReadOptions:
+    conn = LiteConnection.from_connector(config)
+    return LiteReadOptions(
+        connection=conn,
+        subscription=conn.subscription_path(str(config.get("pubsublite.subscription"))),
+        flow_messages=int(config.get("pubsublite.partition_flow_control.messages")),
+        flow_bytes=int(config.get("pubsublite.partition_flow_control.bytes")),
+        max_messages_per_trigger=int(ctx.worker.get("pipeline.max.records.per.batch")),
+        starting=floor,
+    )
+
+
+def batch_ends(rows: pa.Table) -> dict[int, int]:
+    """``{partition: next offset}`` after a micro-batch (Lite offsets are dense)."""
+    last = rows.group_by("partition").aggregate([("offset", "max")])
+    return {int(p): int(o) + 1 for p, o in zip(last.column("partition").to_pylist(),
+                                               last.column("offset_max").to_pylist(), strict=True)}
+
+
+def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    bronze = TableRef(BRONZE, config.name)
+    ctx.store.ensure(bronze, LITE_BRONZE)
+    checkpoint = ctx.store.checkpoint(config.name, "pull")
+    floor = {} if _has_checkpoint(checkpoint) else resume_floor(ctx, bronze)
+    opts = read_options(ctx, config, floor)
+    cursors = OffsetClient(opts.connection, opts.subscription)
+    landed = read_lite(ctx.spark, opts).select(*_MESSAGE_COLUMNS, F.current_timestamp().alias("ingest_time"))
+    app_id = f"{config.name}/pull"
+    bronze_schema = to_arrow_schema(LITE_BRONZE, timezone="UTC")
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        # One Spark job: the batch (bounded by flow control and pipeline.max.records.per.batch)
+        # comes to the driver once, is appended, and gives the cursors to commit.
+        rows = batch.toArrow().cast(bronze_schema)
+        if rows.num_rows == 0:
+            return
+        ctx.store.append_rows(bronze, rows, LITE_BRONZE, app_id, batch_id)
+        ends = batch_ends(rows)
+        try:  # durable in bronze: only now may the subscription's cursors move
+            cursors.commit(ends)
+        except LiteIOError as exc:  # the checkpoint, not the cursor, is where this stage resumes
+            log.warning("%s pull batch %d: %s (retried with the next batch)", config.name, batch_id, exc)
+
+    return (landed.writeStream.foreachBatch(process)
+            .option("checkpointLocation", checkpoint)
+            .queryName(query_name(config, "pull"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 2: convert
+# --------------------------------------------------------------------------------------------
+
+
+def kafka_partition_count(ctx: PipelineContext, topic: str) -> int:
+    """Partitions of ``kafka.topic`` now (explicit partitions need the count)."""
+    from confluent_kafka.admin import AdminClient
+
+    client = {"bootstrap.servers": ctx.worker.bootstrap_servers}
+    client.update({k: v for k, v in ctx.worker.client_conf("producer.").items()
+                   if k.startswith(("security.", "ssl.", "sasl."))})
+    found = AdminClient(client).list_topics(topic=topic, timeout=30).topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        raise ConnectorError(f"Kafka topic {topic} (kafka.topic) does not exist: create it first")
+    return len(found.partitions)
+
+
+def convert_batch(bronze_rows: pa.Table, num_partitions: int, round_robin_start: int) -> pa.Table:
+    """Bronze rows → Kafka outbox rows (``LITE_KAFKA_OUTBOX``), in Lite partition/offset order so
+    that the round-robin sequence is a function of the batch alone (replays match)."""
+    ordered = bronze_rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
+    out, _ = kafka_outbox_batch(ordered, num_partitions=num_partitions, round_robin_start=round_robin_start)
+    return pa.Table.from_batches([out]).cast(to_arrow_schema(LITE_KAFKA_OUTBOX, timezone="UTC"))
+
+
+def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    bronze, outbox = TableRef(BRONZE, config.name), TableRef(OUTBOX, config.name)
+    ctx.store.ensure(bronze, LITE_BRONZE)
+    ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
+    topic = str(config.get("kafka.topic"))
+    app_id = f"{config.name}/convert"
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        rows = batch.select(*_MESSAGE_COLUMNS).toArrow()
+        if rows.num_rows == 0:
+            return
+        # the outbox size as round-robin start: deterministic when this batch is replayed
+        out = convert_batch(rows, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox))
+        ctx.store.append_rows(outbox, out, LITE_KAFKA_OUTBOX, app_id, batch_id)
+
+    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
+            .queryName(query_name(config, "convert"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+# --------------------------------------------------------------------------------------------
+# Stage 3: produce
+# --------------------------------------------------------------------------------------------
+
+
+def outbox_records(batch: DataFrame) -> Iterator[OutRecord]:
+    """Outbox rows in Lite partition/offset order (per-partition order, deterministic on replay)
+    as Kafka records; timestamps in whole milliseconds from the stored microseconds. Sorted in
+    Arrow on the driver, where the rows go anyway: a Spark ``orderBy`` would scan the batch twice
+    (its range partitioner samples the input first)."""
+    ordered = batch.toArrow().sort_by([("lite_partition", "ascending"), ("lite_offset", "ascending")])
+    for chunk in ordered.to_batches(max_chunksize=10_000):
+        columns: dict[str, Any] = chunk.to_pydict()
+        stamps = chunk.column("timestamp").cast(pa.int64()).to_pylist()
+        for key, value, headers, partition, stamp in zip(columns["key"], columns["value"], columns["headers"],
+                                                         columns["partition"], stamps, strict=True):
+            yield OutRecord(key=key, value=value,
+                            headers=[(h["key"], h["value"]) for h in headers] if headers else None,
+                            partition=partition, timestamp_ms=None if stamp is None else stamp // 1000)
+
+
+def produce(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    outbox = TableRef(OUTBOX, config.name)
+    ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
+    topic = str(config.get("kafka.topic"))
+    writer = TransactionalBatchWriter(producer_config(ctx, config), f"pubsub-connect-{config.name}-produce",
+                                      topic, str(ctx.worker.get("pipeline.offsets.topic")))
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        try:
+            written = writer.write_batch(batch_id, outbox_records(batch))
+        except Exception as exc:
+            raise ConnectorError(f"produce of batch {batch_id} to {topic} failed: {exc}") from exc
+        log.info("%s produce batch %d: %d records", config.name, batch_id, written)
+
+    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
+            .option("checkpointLocation", ctx.store.checkpoint(config.name, "produce"))
+            .queryName(query_name(config, "produce"))
+            .trigger(**ctx.trigger())
+            .start())
+
+
+STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

@@ -1,0 +1,221 @@
+"""Pub/Sub Lite source, end to end: the local Lite server → Delta → real Kafka broker (tansu).
+
+Messages are appended to the server's partitions directly (so offsets and publish times are
+known); the connector runs as ``pubsub-connect run`` in a subprocess (see
+``test_lite_sink.py`` for why) and Kafka is read back with a plain ``read_committed`` consumer.
+As in the sink tests, the scenarios are prepared once (:func:`source_run`) and run in two CLI
+invocations: the recovery connector's pull stage alone, killed mid-stream, then ``run --once``
+of both connectors. Assertions are exact: keys, values, headers, timestamps, partitions,
+per-batch flow control, committed cursors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.cloud.pubsublite_v1.types import common
+
+from e2e.test_lite_sink import (
+    cli,
+    kill_after,
+    lite_path,
+    read_table,
+    write_connector,
+    write_worker,
+)
+from integration.kafka_helpers import consume_all, create_topic
+from lite_server import LiteServer
+from pubsub_connect.model.lite import kafka_partition_for_key
+
+PubSubMessage = common.PubSubMessage.pb()
+
+
+@pytest.fixture(scope="module")
+def lite() -> Iterator[LiteServer]:
+    with LiteServer() as server:
+        yield server
+
+
+def message(key: bytes, data: bytes, attributes: dict[str, list[bytes]] | None = None,
+            event_ms: int | None = None) -> Any:
+    m = PubSubMessage(key=key, data=data)
+    for name, values in (attributes or {}).items():
+        m.attributes[name].values.extend(values)
+    if event_ms is not None:
+        m.event_time.seconds, m.event_time.nanos = divmod(event_ms, 1000)[0], event_ms % 1000 * 1_000_000
+    return m
+
+
+def publish_ms(seq: Any) -> int:
+    return seq.publish_time.seconds * 1000 + seq.publish_time.nanos // 1_000_000
+
+
+def source_connector(tmp_path: Path, name: str, lite: LiteServer, kafka_topic: str, **keys: str) -> Path:
+    return write_connector(tmp_path, name, lite, **{
+        "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
+        "pubsublite.subscription": name, "kafka.topic": kafka_topic, **keys})
+
+
+def pull_batches(root: Path, name: str) -> list[dict[int, int]]:
+    """Messages per Lite partition in each bronze commit (one commit per pull micro-batch)."""
+    from deltalake import DeltaTable
+
+    latest = DeltaTable(str(root / "bronze" / name)).version()
+    counts, previous = [], {}
+    for version in range(1, latest + 1):
+        parts = DeltaTable(str(root / "bronze" / name), version=version).to_pyarrow_table(
+            columns=["partition"]).column("partition").to_pylist()
+        now = {p: parts.count(p) for p in set(parts)}
+        added = {p: n - previous.get(p, 0) for p, n in now.items() if n > previous.get(p, 0)}
+        if added:
+            counts.append(added)
+        previous = now
+    return counts
+
+
+BIG = b"x" * 100
+RECOVERY_FIRST, RECOVERY_TOTAL = 600, 900
+
+
+def model_messages() -> dict[int, list[Any]]:
+    """Per Lite partition: the issue's mapping cases, keys spread over partitions, message sizes
+    that make the byte limit bind in partition 0 and the message limit in partition 1."""
+    return {
+        0: [message(b"", b"the-data", {"b": [b"2"], "a": [b"1", b"x"]}, event_ms=50_001),  # mapping example
+            message(b"fox", b"no-event-time"),                                               # publish time
+            *[message(b"dog", BIG + b"%d" % i) for i in range(4)]],
+        1: [message(b"" if i % 2 else b"dog", b"p1-%d" % i) for i in range(7)],
+        2: [message(b"", b"p2-%d" % i) for i in range(2)],
+    }
+
+
+def recovery_messages(seqs: range) -> dict[int, list[Any]]:
+    return {p: [message(b"k%d" % (i % 5), b"seq-%d" % i) for i in seqs if i % 3 == p] for p in range(3)}
+
+
+@pytest.fixture(scope="module")
+def source_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Both source scenarios, prepared and run; returns names, paths, observations."""
+    import uuid
+
+    tmp_path = tmp_path_factory.mktemp("lite-source")
+    tag = f"t{uuid.uuid4().hex[:8]}"
+    names = {"model": f"{tag}-m", "recovery": f"{tag}-r"}
+    for scenario, kafka_partitions in (("model", 4), ("recovery", 2)):
+        topic = lite_path("topics", names[scenario])
+        lite.create_topic(topic, 3)
+        lite.create_subscription(lite_path("subscriptions", names[scenario]), topic)
+        create_topic(kafka_bootstrap, names[scenario], partitions=kafka_partitions)
+    for scenario, messages in (("model", model_messages()), ("recovery", recovery_messages(range(RECOVERY_FIRST)))):
+        for partition, batch in messages.items():
+            lite.publish(lite_path("topics", names[scenario]), partition, batch)
+
+    worker, root = write_worker(tmp_path, kafka_bootstrap, **{
+        "pipeline.max.records.per.batch": "100", "pipeline.trigger.interval.ms": "100"})
+    files = {
+        "recovery": source_connector(tmp_path, names["recovery"], lite, names["recovery"]),
+        "model": source_connector(tmp_path, names["model"], lite, names["model"], **{
+            "pubsublite.partition_flow_control.messages": "3", "pubsublite.partition_flow_control.bytes": "250"}),
+    }
+    # Run 1: the recovery connector's pull stage alone, killed after two batches.
+    kill_after(["run", "--stage", "pull", "--worker", str(worker), str(files["recovery"])], lite,
+               tmp_path / "pull.log", f"[{names['recovery']}.pull] batch=1 ")
+    subscription = lite_path("subscriptions", names["recovery"])
+    after_kill = {"cursors": [lite.committed_cursor(subscription, p) for p in range(3)],
+                  "bronze": read_table(root, "bronze", names["recovery"])}
+    for partition, batch in recovery_messages(range(RECOVERY_FIRST, RECOVERY_TOTAL)).items():
+        lite.publish(lite_path("topics", names["recovery"]), partition, batch)
+    # Run 2: both connectors, every stage.
+    result = cli(["run", "--once", "--worker", str(worker), str(files["recovery"]), str(files["model"])], lite)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
+    return {"names": names, "root": root, "after_kill": after_kill}
+
+
+# ----------------------------------------------------------------------------------------------
+# Tests
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_message_to_record_mapping(lite: LiteServer, kafka_bootstrap: str, source_run: dict[str, Any]) -> None:
+    """Empty key → null, multi-valued attributes → repeated headers (sorted by name), timestamp =
+    event time if set, else publish time (ms)."""
+    name = source_run["names"]["model"]
+    logs = {p: lite.messages(lite_path("topics", name), p) for p in range(3)}
+    records = consume_all(kafka_bootstrap, name)
+    by_value = {r.value: r for r in records}
+    assert len(records) == len(by_value) == 15
+    first = by_value[b"the-data"]
+    assert (first.key, first.headers, first.timestamp_ms) == (None, [("a", b"1"), ("a", b"x"), ("b", b"2")], 50_001)
+    fox = by_value[b"no-event-time"]
+    assert (fox.key, fox.headers, fox.timestamp_ms) == (b"fox", None, publish_ms(logs[0][1]))
+    for p, log in logs.items():
+        for seq in log[1:] if p == 0 else log:
+            assert by_value[seq.message.data].timestamp_ms == publish_ms(seq)
+            assert by_value[seq.message.data].key == (seq.message.key or None)
+
+
+@pytest.mark.slow
+def test_same_key_same_partition_null_keys_round_robin(lite: LiteServer, kafka_bootstrap: str,
+                                                       source_run: dict[str, Any]) -> None:
+    name = source_run["names"]["model"]
+    logs = {p: lite.messages(lite_path("topics", name), p) for p in range(3)}
+    records = consume_all(kafka_bootstrap, name)
+    by_value = {r.value: r for r in records}
+    assert by_value[b"no-event-time"].partition == kafka_partition_for_key(b"fox", 4)
+    # same key -> one Kafka partition (Kafka's murmur2) from any Lite partition, in Lite order
+    dogs = sorted((r for r in records if r.key == b"dog"), key=lambda r: r.offset)
+    assert {r.partition for r in dogs} == {kafka_partition_for_key(b"dog", 4)}
+    assert [r.value for r in dogs if r.value.startswith(BIG)] == [BIG + b"%d" % i for i in range(4)]
+    assert [r.value for r in dogs if r.value.startswith(b"p1-")] == [b"p1-0", b"p1-2", b"p1-4", b"p1-6"]
+    # null keys round-robin over the 4 partitions, in Lite (partition, offset) order
+    null_keyed = [(0, 0), (1, 1), (1, 3), (1, 5), (2, 0), (2, 1)]
+    assert [by_value[logs[p][o].message.data].partition for p, o in null_keyed] == [0, 1, 2, 3, 0, 1]
+
+
+@pytest.mark.slow
+def test_partition_flow_control_bounds_each_pull_batch(lite: LiteServer, source_run: dict[str, Any]) -> None:
+    """≤ 3 messages and ≤ 250 bytes (but ≥ 1 message) per partition and pull batch. Partition 0:
+    41 + 20 + 108 bytes fit; then 3 x 108 bytes do not, 2 x 108 do; then the last one."""
+    name = source_run["names"]["model"]
+    assert [m.size_bytes for m in lite.messages(lite_path("topics", name), 0)] == [41, 20, 108, 108, 108, 108]
+    assert pull_batches(source_run["root"], name) == [{0: 3, 1: 3, 2: 2}, {0: 2, 1: 3}, {0: 1, 1: 1}]
+
+
+@pytest.mark.slow
+def test_cursors_are_committed_after_bronze(lite: LiteServer, source_run: dict[str, Any]) -> None:
+    name = source_run["names"]["model"]
+    assert [lite.committed_cursor(lite_path("subscriptions", name), p) for p in range(3)] == [6, 7, 2]
+    bronze = read_table(source_run["root"], "bronze", name)
+    assert sorted(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True)) == [
+        (p, o) for p, n in enumerate((6, 7, 2)) for o in range(n)]
+
+
+@pytest.mark.slow
+def test_kill_9_mid_pull_then_restart_exactly_once(lite: LiteServer, kafka_bootstrap: str,
+                                                   source_run: dict[str, Any]) -> None:
+    """After the SIGKILL mid-pull the cursors had not passed what bronze held; after more
+    messages and the restart, Kafka (read_committed) holds every message exactly once, each key
+    in Lite order per Lite partition, and the cursors reached the heads."""
+    name = source_run["names"]["recovery"]
+    topic, subscription = lite_path("topics", name), lite_path("subscriptions", name)
+    bronze, cursors = source_run["after_kill"]["bronze"], source_run["after_kill"]["cursors"]
+    landed = dict.fromkeys(range(3), 0)  # next offset after what bronze held
+    for p, o in zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True):
+        landed[p] = max(landed[p], o + 1)
+    assert all(cursors[p] <= landed[p] for p in range(3)) and 0 < sum(cursors) < RECOVERY_FIRST, (cursors, landed)
+
+    records = consume_all(kafka_bootstrap, name)
+    seqs = [int(r.value.removeprefix(b"seq-")) for r in records]
+    assert sorted(seqs) == list(range(RECOVERY_TOTAL)), f"lost or duplicated: {len(seqs)} for {RECOVERY_TOTAL}"
+    for key in {r.key for r in records}:
+        assert len({r.partition for r in records if r.key == key}) == 1  # one Kafka partition per key
+        in_kafka = [s for r, s in zip(records, seqs, strict=True) if r.key == key]
+        for p in range(3):  # Lite order per Lite partition (seq i is in partition i % 3)
+            from_p = [s for s in in_kafka if s % 3 == p]
+            assert from_p == sorted(from_p), f"order of {key!r} from Lite partition {p} broken"
+    assert [lite.committed_cursor(subscription, p) for p in range(3)] == [lite.head(topic, p) for p in range(3)]
+    assert read_table(source_run["root"], "bronze", name).num_rows == RECOVERY_TOTAL
