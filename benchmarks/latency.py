@@ -1,0 +1,257 @@
+"""End-to-end latency (Kafka produce → Pub/Sub receive) in continuous mode, and cold start.
+
+    .venv/bin/python benchmarks/latency.py [--rate 50] [--seconds 30] [--trigger-ms 1000] [--skip-cold-start]
+
+Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
+
+1. **Cold start**: seconds from launching ``pubsub-connect run --worker … sink.properties``
+   (a subprocess, continuous mode, one record already waiting in Kafka) until a streaming-pull
+   subscriber receives that record — what a user waits for after typing the command: Python
+   imports, Spark start-up, three streaming queries, first micro-batches, the publish. The
+   subprocess is then stopped with SIGTERM (a clean stop at a batch boundary).
+2. **Latency**: the sink running continuously in this process (``run_stages`` with
+   ``once=False`` in a thread, stopped by an event), records produced at a fixed modest rate
+   for a fixed time with the produce wall-clock time in a header (``headers.publish=true``
+   turns it into an attribute); each message's latency is its receive time minus that stamp
+   (same machine, same clock). Before timing, one record is sent through to warm everything up.
+   Reported: p50, p90, p99 and max in milliseconds, and how many arrived.
+
+The latency floor is the trigger interval (``pipeline.trigger.interval.ms``, default 1000 ms)
+times the three chained stages (ingest → convert → publish, each a micro-batch over Delta).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import table, write_results
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io import services as svc
+
+PROJECT = "bench-project"
+STAMP = "produced_ns"
+
+
+class Receiver:
+    """A streaming-pull subscriber recording each message's latency (and the first arrival)."""
+
+    def __init__(self, subscription: str):
+        from google.cloud import pubsub_v1
+
+        self.client = pubsub_v1.SubscriberClient()
+        self.latencies_ms: list[float] = []
+        #: (produce stamp, latency) pairs, to see whether latency grows during the run (backlog).
+        self.samples: list[tuple[int, float]] = []
+        self.first_at: float | None = None
+        self.first = threading.Event()
+        self.lock = threading.Lock()
+        self.future = self.client.subscribe(subscription, self._on_message)
+
+    def _on_message(self, message: Any) -> None:
+        now_ns, now = time.time_ns(), time.monotonic()
+        message.ack()
+        with self.lock:
+            if self.first_at is None:
+                self.first_at = now
+                self.first.set()
+            stamp = message.attributes.get(STAMP)
+            if stamp is not None:
+                self.latencies_ms.append((now_ns - int(stamp)) / 1e6)
+                self.samples.append((int(stamp), (now_ns - int(stamp)) / 1e6))
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.latencies_ms)
+
+    def close(self) -> None:
+        self.future.cancel()
+        with contextlib.suppress(Exception):  # cancelled: the expected outcome
+            self.future.result(timeout=10)
+        self.client.close()
+
+
+def create_topic_and_subscription(name: str) -> str:
+    from google.cloud import pubsub_v1
+
+    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+    topic = publisher.topic_path(PROJECT, name)
+    publisher.create_topic(request={"name": topic})
+    subscription = subscriber.subscription_path(PROJECT, f"{name}-sub")
+    subscriber.create_subscription(request={"name": subscription, "topic": topic})
+    subscriber.close()
+    return subscription
+
+
+def create_kafka_topic(bootstrap: str, name: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+def sink_keys(name: str) -> dict[str, str]:
+    return {"name": name, "connector.class": "cps-sink", "topics": name, "cps.project": PROJECT, "cps.topic": name,
+            "cps.useEmulator": "true", "tasks.max": "2", "headers.publish": "true"}
+
+
+def producer(bootstrap: str) -> Any:
+    from confluent_kafka import Producer
+
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
+
+
+def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
+    """Seconds from launching ``pubsub-connect run`` to the first message received."""
+    name = "cold"
+    create_kafka_topic(bootstrap, name)
+    receiver = Receiver(create_topic_and_subscription(name))
+    p = producer(bootstrap)
+    p.produce(name, b"cold start", headers=[(STAMP, str(time.time_ns()).encode())])
+    p.flush(30)
+    (workdir / "worker.properties").write_text(
+        f"bootstrap.servers={bootstrap}\nstorage.root={workdir / 'storage'}\nspark.master=local[2]\n")
+    (workdir / "sink.properties").write_text("".join(f"{k}={v}\n" for k, v in sink_keys(name).items()))
+    log_path = workdir / "cold-start.log"
+    with open(log_path, "w") as log:
+        started = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "pubsub_connect.cli", "run", "--worker", "worker.properties",
+                                 "sink.properties"], cwd=workdir, stdout=log, stderr=subprocess.STDOUT,
+                                env=dict(os.environ), start_new_session=True)
+        try:
+            while not receiver.first.wait(0.5):
+                if proc.poll() is not None:
+                    raise RuntimeError(f"pubsub-connect run exited with {proc.returncode}; see {log_path}")
+                if time.monotonic() - started > timeout_s:
+                    raise RuntimeError(f"no message within {timeout_s:.0f} s; see {log_path}")
+            assert receiver.first_at is not None
+            return receiver.first_at - started
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:  # its own process group: the JVM child goes too
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            receiver.close()
+
+
+def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int,
+            drain_timeout_s: float) -> dict[str, Any]:
+    """Latencies of ``rate * seconds`` records through the continuously running sink."""
+    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.pipelines.cps_sink import STAGES
+    from pubsub_connect.pipelines.runtime import build_context
+
+    name = "latency"
+    create_kafka_topic(bootstrap, name)
+    receiver = Receiver(create_topic_and_subscription(name))
+    worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),
+                                  "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]"})
+    connector = cfg.validate_connector(sink_keys(name), f"<{name}>")
+    ctx = build_context(worker, once=False, progress=lambda _line: None)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_stages(ctx, connector, STAGES, stop)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="sink", daemon=True)
+    thread.start()
+    p = producer(bootstrap)
+    try:
+        # Warm-up: one record all the way through before timing.
+        p.produce(name, b"warm-up")
+        p.flush(30)
+        if not receiver.first.wait(300) or errors:
+            raise RuntimeError(f"warm-up record not received: {errors[:1]}")
+        total = int(rate * seconds)
+        interval = 1.0 / rate
+        next_at = time.monotonic()
+        for seq in range(total):
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            p.produce(name, b"%012d" % seq, headers=[(STAMP, str(time.time_ns()).encode())])
+            p.poll(0)
+        p.flush(30)
+        deadline = time.monotonic() + drain_timeout_s
+        while receiver.count() < total and time.monotonic() < deadline and not errors:
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(120)
+        receiver.close()
+        ctx.spark.stop()
+    if errors:
+        raise errors[0]
+    got = sorted(receiver.latencies_ms)
+    if not got:
+        raise RuntimeError("no message arrived")
+
+    def pct(values: list[float], q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    # Steady state or a growing backlog? Median latency of the first and the last third produced.
+    by_stamp = [lat for _, lat in sorted(receiver.samples)]
+    third = max(1, len(by_stamp) // 3)
+    return {"produced": total, "received": len(got), "p50_ms": pct(got, 0.50), "p90_ms": pct(got, 0.90),
+            "p99_ms": pct(got, 0.99), "max_ms": got[-1], "mean_ms": statistics.fmean(got),
+            "p50_first_third_ms": statistics.median(by_stamp[:third]),
+            "p50_last_third_ms": statistics.median(by_stamp[-third:]),
+            "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=50.0, help="records per second")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long to produce")
+    parser.add_argument("--trigger-ms", type=int, default=1000, help="pipeline.trigger.interval.ms")
+    parser.add_argument("--skip-cold-start", action="store_true")
+    parser.add_argument("--timeout", type=float, default=300.0, help="cold start / drain timeout, seconds")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    results: dict[str, Any] = {}
+    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+        bootstrap = services.running["kafka"].endpoint
+        with svc.environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+            if not args.skip_cold_start:
+                (root / "cold").mkdir()
+                results["cold_start_s"] = cold_start(bootstrap, root / "cold", args.timeout)
+                print(f"cold start: {results['cold_start_s']:.1f} s", flush=True)
+            (root / "latency").mkdir()
+            results["latency"] = latency(bootstrap, root / "latency", args.rate, args.seconds, args.trigger_ms,
+                                         args.timeout)
+    lat = results["latency"]
+    rows = [
+        ("produced at", f"{lat['rate']:g} msg/s for {lat['seconds']:g} s, trigger {lat['trigger_ms']} ms"),
+        ("received", f"{lat['received']:,} of {lat['produced']:,}"),
+        ("latency p50 / p90 / p99", f"{lat['p50_ms']:,.0f} / {lat['p90_ms']:,.0f} / {lat['p99_ms']:,.0f} ms"),
+        ("latency max / mean", f"{lat['max_ms']:,.0f} / {lat['mean_ms']:,.0f} ms"),
+        ("p50 first / last third produced", f"{lat['p50_first_third_ms']:,.0f} / {lat['p50_last_third_ms']:,.0f} ms"
+                                            " (growing = the sink falls behind)"),
+    ]
+    if "cold_start_s" in results:
+        rows.append(("cold start (run → first message)", f"{results['cold_start_s']:.1f} s"))
+    print(table(rows))
+    path = write_results("latency", results)
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
