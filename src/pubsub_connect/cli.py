@@ -226,8 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if not args.debug:
-        logging.getLogger("py4j").setLevel(logging.ERROR)
+    # py4j logs every command it sends to the JVM at DEBUG, including pickled functions that carry
+    # connector settings (credentials): never below INFO, even with --debug.
+    logging.getLogger("py4j").setLevel(logging.INFO if args.debug else logging.ERROR)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

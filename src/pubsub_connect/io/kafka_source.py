@@ -52,17 +52,11 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    IntegerType,
-    LongType,
-    StringType,
-    StructField,
     StructType,
-    TimestampType,
 )
 
 from pubsub_connect.io.spark import Capabilities, capabilities
+from pubsub_connect.model.schemas import KAFKA_HEADERS, KAFKA_RECORD_FIELDS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,22 +71,12 @@ log = logging.getLogger(__name__)
 #: Short name of the Python data source; distinct from Spark's built-in ``kafka``.
 SOURCE_NAME = "pubsub_connect_kafka"
 
-HEADERS_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+HEADERS_TYPE = KAFKA_HEADERS
 
 #: Spark's Kafka source schema without headers (``includeHeaders=false``, the default).
-KAFKA_SCHEMA_NO_HEADERS = StructType(
-    [
-        StructField("key", BinaryType()),
-        StructField("value", BinaryType()),
-        StructField("topic", StringType()),
-        StructField("partition", IntegerType()),
-        StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()),
-        StructField("timestampType", IntegerType()),
-    ]
-)
-#: Spark's Kafka source schema with ``includeHeaders=true`` (the bronze table contract).
-KAFKA_SCHEMA = StructType([*KAFKA_SCHEMA_NO_HEADERS.fields, StructField("headers", HEADERS_TYPE)])
+KAFKA_SCHEMA_NO_HEADERS = StructType([f for f in KAFKA_RECORD_FIELDS if f.name != "headers"])
+#: Spark's Kafka source schema with ``includeHeaders=true`` (the bronze table contract, ``model.schemas``).
+KAFKA_SCHEMA = StructType(KAFKA_RECORD_FIELDS)
 
 #: Offset sentinels of Spark's JSON offsets: -2 = earliest, -1 = latest.
 EARLIEST = -2
