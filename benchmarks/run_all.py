@@ -46,7 +46,7 @@ BENCHMARKS = (
     Benchmark("cps_sink", ("--records", "100000"), ("--records", "1000000")),
     Benchmark("convert", ("--records", "100000", "--reference-records", "20000", "--rounds", "3"),
               ("--records", "400000", "--reference-records", "50000", "--rounds", "5")),
-    Benchmark("ordering", ("--records", "50000", "--rounds", "1"), ("--records", "100000", "--rounds", "2")),
+    Benchmark("ordering", ("--records", "50000", "--rounds", "2"), ("--records", "100000", "--rounds", "4")),
     Benchmark("latency", ("--rate", "50", "--seconds", "20"), ("--rate", "100", "--seconds", "60")),
     Benchmark("kafka_source", ("--records", "200000", "--rounds", "3", "--min-ratio", "0"),
               ("--records", "600000", "--rounds", "3", "--min-ratio", "0"),
