@@ -12,7 +12,7 @@ and drawn in ``benchmarks/results/summary.png`` when matplotlib is installed. ``
 some benchmarks and updates their entries in the existing summary.
 
 ``--full`` uses the sizes of issue 8 (100k-record sink runs, larger conversion and latency runs);
-the default sizes finish in roughly 10-15 minutes on an idle 2-core machine.
+the default sizes took about 12 minutes on 2 shared cores (load average ~4).
 """
 
 from __future__ import annotations

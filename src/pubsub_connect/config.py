@@ -447,6 +447,11 @@ class Setting:
     origin: str
     secret: bool = False
 
+    def __repr__(self) -> str:
+        # configs end up in logs and tracebacks: a secret value never appears in a repr
+        shown = MASK if self.secret and self.value is not None else repr(self.value)
+        return f"Setting(value={shown}, origin={self.origin!r}, secret={self.secret})"
+
 
 @dataclass
 class _Validated:
