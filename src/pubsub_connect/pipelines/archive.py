@@ -53,6 +53,7 @@ from pubsub_connect.io.objectstore import (
     LocalStore,
     ObjectStore,
     ObjectStoreError,
+    _pid_alive,
     list_archive_files,
     open_store,
     store_for_location,
@@ -353,14 +354,6 @@ class ArchiveWriter:
 # --------------------------------------------------------------------------------------------
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def new_staging_dir(buffer_dir: Path, connector: str) -> Path:
