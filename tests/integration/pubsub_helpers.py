@@ -17,7 +17,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -160,6 +160,39 @@ def pull_all(subscription: str, expected_count: int, timeout: float = 30.0, *, a
             for start in range(0, len(ack_ids), 1000):
                 client.acknowledge(request={"subscription": path, "ack_ids": ack_ids[start:start + 1000]})
         got.extend(_received(r) for r in response.received_messages)
+    return got
+
+
+def pull_distinct(subscription: str, expected_ids: set[object], id_of: Callable[[Received], object],
+                  timeout: float = 60.0) -> list[Received]:
+    """Pull (and ack) until every id in ``expected_ids`` arrived at least once.
+
+    Why not ``pull_all``: after a crash an at-least-once connector republishes, so a count of
+    deliveries reaches the expected number while some ids are still on their way. Returns every
+    delivery, duplicates included, so callers can report redeliveries.
+    """
+    client = subscriber()
+    path = subscription_path(subscription)
+    got: list[Received] = []
+    missing = set(expected_ids)
+    deadline = time.monotonic() + timeout
+    while missing:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise AssertionError(f"{len(missing)} id(s) never arrived on {path} within {timeout:.0f} s, "
+                                 f"e.g. {sorted(map(str, missing))[:10]} ({len(got)} deliveries)")
+        try:
+            response = client.pull(request={"subscription": path, "max_messages": 1000},
+                                   timeout=min(5.0, max(0.5, remaining)))
+        except gexc.DeadlineExceeded:
+            continue
+        if response.received_messages:
+            client.acknowledge(request={"subscription": path,
+                                        "ack_ids": [r.ack_id for r in response.received_messages]})
+        for message in response.received_messages:
+            received = _received(message)
+            got.append(received)
+            missing.discard(id_of(received))
     return got
 
 
