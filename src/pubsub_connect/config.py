@@ -409,6 +409,11 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("pipeline.max.records.per.batch", "long", 100_000, "Max Kafka records per ingest micro-batch.", min=1),
     _k("pipeline.max.files.per.trigger", "long", 0,
        "Max Delta files per convert/publish micro-batch (0 = all available).", min=0),
+    _k("pipeline.restart.timeout.ms", "long", 300_000,
+       "How long a stage that failed on an unreachable service (Kafka broker, Pub/Sub) is restarted from its "
+       "checkpoint before the connector gives up (-1 = forever, 0 = never).", min=-1),
+    _k("pipeline.restart.backoff.max.ms", "long", 30_000,
+       "Longest wait between two restarts of a failing stage (the wait doubles from 1 s).", min=1),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),

@@ -17,6 +17,7 @@ import re
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -160,14 +161,6 @@ _OUR_ERRORS = frozenset({"ConnectorError", "DataError", "PublishError", "PubSubI
                          "KafkaProduceError", "KafkaDataLossError", "KafkaOptionsError", "ConfigError"})
 
 
-def _raise_if_failed(query: StreamingQuery, stage: str, config: ConnectorConfig,
-                     exc: BaseException | None = None) -> None:
-    exc = exc or query.exception()
-    if exc is None:
-        return
-    raise ConnectorError(f"{config.name} {stage}: {error_line(exc)}")
-
-
 def _await(query: StreamingQuery, seconds: float) -> BaseException | None:
     """Wait on a query; a failed query's exception is returned, not raised."""
     try:
@@ -177,43 +170,206 @@ def _await(query: StreamingQuery, seconds: float) -> BaseException | None:
     return None
 
 
+#: Signs, in an error's text, that a service was unreachable or slow rather than that the data
+#: or the configuration is wrong: gRPC UNAVAILABLE / DEADLINE_EXCEEDED (Pub/Sub, Lite), librdkafka
+#: transport errors and timeouts, refused connections. Such a failure is worth a restart.
+_TRANSIENT_MARKERS = (
+    "UNAVAILABLE", "ServiceUnavailable", "DeadlineExceeded", "DEADLINE_EXCEEDED", "RetryError",
+    "failed to connect to all addresses", "Connection refused", "Connection reset", "Socket closed",
+    "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "Timed out", "BrokerTransportFailure",
+    "is the broker reachable", "TimeoutError", "No leaders found", "LEADER_NOT_AVAILABLE", "NOT_LEADER",
+)
+#: Failures a restart cannot fix even when a timeout shows up in the same text: bad records,
+#: bad configuration, missing resources, refused permissions, lost Kafka data.
+_PERMANENT_MARKERS = (
+    "DataError", "ConfigError", "KafkaOptionsError", "KafkaDataLossError", "NotFound", "NOT_FOUND",
+    "PermissionDenied", "PERMISSION_DENIED", "InvalidArgument", "INVALID_ARGUMENT", "Unauthenticated",
+    "UNAUTHENTICATED", "AUTHORIZATION_FAILED", "SASL_AUTHENTICATION",
+)
+
+
+def is_transient(exc: BaseException | str) -> bool:
+    """Whether a stage failure looks like an unreachable service (restart it) rather than bad
+    data or configuration (stop and say why). Errors reach the driver as text wrapped by Spark,
+    so the decision is made on the text: permanent signs win over transient ones."""
+    text = exc if isinstance(exc, str) else "\n".join(traceback.format_exception(exc))
+    if any(marker in text for marker in _PERMANENT_MARKERS):
+        return False
+    return any(marker in text for marker in _TRANSIENT_MARKERS)
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """How long a stage that failed on an unreachable service is restarted from its checkpoint.
+
+    Why here and not only in the clients: the Kafka and Pub/Sub clients retry single requests,
+    but Spark fails the whole micro-batch (or the offset planning) once they give up. Kafka
+    Connect restarts such a task; Databricks restarts the job task. Locally, ``pubsub-connect
+    run`` does the same, and since every stage resumes from its checkpoint, a restart loses and
+    duplicates nothing that the stage's own guarantees did not already cover.
+    """
+
+    timeout_s: float | None = 300.0  # None: forever
+    backoff_max_s: float = 30.0
+    backoff_first_s: float = 1.0
+
+    @classmethod
+    def from_worker(cls, worker: WorkerConfig) -> RestartPolicy:
+        timeout_ms = int(worker.get("pipeline.restart.timeout.ms"))
+        return cls(timeout_s=None if timeout_ms < 0 else timeout_ms / 1000.0,
+                   backoff_max_s=int(worker.get("pipeline.restart.backoff.max.ms")) / 1000.0)
+
+    def delay(self, attempt: int) -> float:
+        """Wait before restart number ``attempt`` (1, 2, …): 1 s, 2 s, 4 s … capped."""
+        return min(self.backoff_max_s, self.backoff_first_s * 2 ** (attempt - 1))
+
+
+class StageRunner:
+    """Runs one stage's query and restarts it after transient failures, per :class:`RestartPolicy`.
+
+    A failure streak starts at the first failure and ends when a restarted query completes a
+    micro-batch (the service answered again). The connector stops with a
+    :class:`ConnectorError` when the failure is not transient, or when the streak would outlast
+    ``pipeline.restart.timeout.ms``.
+    """
+
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig, stage: Stage, policy: RestartPolicy,
+                 clock: Callable[[], float] = time.monotonic):
+        self.ctx = ctx
+        self.config = config
+        self.stage = stage
+        self.policy = policy
+        self.clock = clock
+        self.query: StreamingQuery | None = None
+        self.closers: list[Callable[[], None]] = []
+        self.attempt = 0
+        self.streak_started: float | None = None
+        self.restart_at: float | None = None
+        self.finished = False
+
+    @property
+    def name(self) -> str:
+        return query_name(self.config, self.stage.name)
+
+    def start(self) -> None:
+        """Start the stage's query; its cleanups are kept apart so a restart can run them."""
+        mark = len(self.ctx.closers)
+        try:
+            self.query = self.stage.start(self.ctx, self.config)
+        except Exception as exc:
+            self._take_closers(mark)
+            self._failed(exc)
+            return
+        self._take_closers(mark)
+        self.restart_at = None
+
+    def _take_closers(self, mark: int) -> None:
+        self.closers.extend(self.ctx.closers[mark:])
+        del self.ctx.closers[mark:]
+
+    def close(self) -> None:
+        while self.closers:
+            closer = self.closers.pop()
+            try:
+                closer()
+            except Exception as exc:  # a failed cleanup must not hide the stage's own outcome
+                log.warning("cleanup failed: %s", exc)
+
+    def stop(self) -> None:
+        """Stop the query (a batch cut short is not committed and runs again on restart)."""
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        except Exception as exc:  # e.g. InterruptedException from a batch interrupted mid-write
+            log.warning("%s: stopping interrupted a running batch (%s); it runs again on restart",
+                        self.name, error_line(exc))
+        finally:
+            self.close()
+
+    def check(self, failure: BaseException | None = None) -> None:
+        """Advance the state machine: restart when due, notice progress, failure or the end."""
+        now = self.clock()
+        if self.query is None:
+            if self.restart_at is not None and now >= self.restart_at:
+                self.start()
+            return
+        if self.streak_started is not None and self.query.lastProgress is not None:
+            log.info("%s recovered after %d restart(s)", self.name, self.attempt)
+            self.ctx.progress(f"[{self.name}] recovered after {self.attempt} restart(s)")
+            self.attempt, self.streak_started = 0, None
+        if self.query.isActive and failure is None:
+            return
+        failure = failure or self.query.exception()
+        if failure is None:
+            self.finished = True
+            return
+        self.query = None
+        self._failed(failure)
+
+    def _failed(self, exc: BaseException) -> None:
+        line = error_line(exc)
+        now = self.clock()
+        if not is_transient(exc) or self.policy.timeout_s == 0:
+            self.close()
+            raise ConnectorError(f"{self.config.name} {self.stage.name}: {line}") from None
+        self.close()
+        self.attempt += 1
+        if self.streak_started is None:
+            self.streak_started = now
+        delay = self.policy.delay(self.attempt)
+        elapsed = now - self.streak_started
+        if self.policy.timeout_s is not None and elapsed + delay > self.policy.timeout_s:
+            raise ConnectorError(
+                f"{self.config.name} {self.stage.name}: {line} (still failing after {self.attempt - 1} restart(s) "
+                f"in {elapsed:.0f} s; pipeline.restart.timeout.ms={int(self.policy.timeout_s * 1000)})") from None
+        self.ctx.progress(f"[{self.name}] {line}; restarting from the checkpoint in {delay:.0f} s "
+                          f"(restart {self.attempt})")
+        self.restart_at = now + delay
+
+
 def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[Stage],
                stop_event: threading.Event | None = None) -> None:
-    """Drive a connector's stages, once (sequentially, each to completion) or continuously."""
+    """Drive a connector's stages, once (sequentially, each to completion) or continuously.
+
+    Either way a stage that fails because a service is unreachable is restarted from its
+    checkpoint (:class:`StageRunner`)."""
     printer = ProgressPrinter(ctx.progress)
+    policy = RestartPolicy.from_worker(ctx.worker)
     if ctx.once:
         for stage in stages:
             started = time.monotonic()
-            query = stage.start(ctx, config)
-            failure: BaseException | None = None
+            runner = StageRunner(ctx, config, stage, policy)
             try:
-                while query.isActive and failure is None:
-                    failure = _await(query, 0.5)
-                    printer.poll([query])
-                printer.poll([query])
+                runner.start()
+                while not runner.finished:
+                    if runner.query is None:
+                        time.sleep(0.2)
+                        runner.check()
+                        continue
+                    failure = _await(runner.query, 0.5)
+                    printer.poll([runner.query])
+                    runner.check(failure)
             finally:
-                ctx.close_resources()
-            _raise_if_failed(query, stage.name, config, failure)
+                runner.stop()
             log.info("%s %s done in %.1f s", config.name, stage.name, time.monotonic() - started)
         return
 
     stop_event = stop_event or threading.Event()
-    queries: list[StreamingQuery] = []
+    runners = [StageRunner(ctx, config, stage, policy) for stage in stages]
     try:
-        for stage in stages:
-            queries.append(stage.start(ctx, config))
+        for runner in runners:
+            runner.start()
         while not stop_event.is_set():
-            for query, stage in zip(queries, stages, strict=True):
-                if not query.isActive:
-                    _raise_if_failed(query, stage.name, config)
-                    raise ConnectorError(f"{config.name} {stage.name}: stopped unexpectedly")
-            printer.poll(queries)
+            for runner in runners:
+                runner.check()
+                if runner.finished:
+                    raise ConnectorError(f"{config.name} {runner.stage.name}: stopped unexpectedly")
+            printer.poll([runner.query for runner in runners if runner.query is not None])
             stop_event.wait(0.5)
     finally:
-        for query in queries:
-            if query.isActive:
-                query.stop()
-        printer.poll(queries)
+        for runner in runners:
+            runner.stop()
+        printer.poll([runner.query for runner in runners if runner.query is not None])
         ctx.close_resources()
 
 

@@ -1,0 +1,201 @@
+"""Stage restarts after transient failures (``StageRunner`` / ``RestartPolicy``), on fake queries
+and a fake clock: which failures restart, the backoff, the end of a streak, giving up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from pubsub_connect.pipelines.base import ConnectorError, RestartPolicy, Stage, StageRunner, is_transient
+
+UNAVAILABLE = ("org.apache.spark.sql.streaming.StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION_ERROR]\n"
+               "pubsub_connect.pipelines.base.ConnectorError: publish of batch 3 to projects/p/topics/t failed: "
+               "PublishError: 5 of 5 message(s) not published; first: RetryError: Timeout of 60.0s exceeded, "
+               "last exception: 503 failed to connect to all addresses")
+KAFKA_DOWN = ("TimeoutError: no fetch response for [('t', 0)] within 120000 ms (option fetchOffset.timeoutMs): "
+              "is the broker reachable?")
+NOT_FOUND = ("pubsub_connect.pipelines.base.ConnectorError: publish of batch 0 to projects/p/topics/t failed: "
+             "PublishError: 1 of 1 message(s) not published; first: NotFound: 404 Topic not found")
+BAD_RECORD = "pubsub_connect.model.connect.DataError: t-0@5: value is not valid JSON (DataError while timing out)"
+
+
+@dataclass
+class FakeQuery:
+    failure: str | None = None
+    done: bool = False
+    lastProgress: dict[str, Any] | None = None
+    stopped: bool = False
+
+    @property
+    def isActive(self) -> bool:
+        return self.failure is None and not self.done and not self.stopped
+
+    def exception(self) -> Exception | None:
+        return RuntimeError(self.failure) if self.failure else None
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@dataclass
+class Script:
+    """``Stage.start``: hands out queries in order and registers one closer per start."""
+
+    queries: list[FakeQuery]
+    started: int = 0
+    closed: list[int] = field(default_factory=list)
+
+    def __call__(self, ctx: Any, _config: Any) -> FakeQuery:
+        number = self.started
+        ctx.closers.append(lambda: self.closed.append(number))
+        self.started += 1
+        return self.queries[number]
+
+
+@dataclass
+class FakeCtx:
+    closers: list[Any] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+
+    def progress(self, line: str) -> None:
+        self.lines.append(line)
+
+
+@dataclass
+class FakeConfig:
+    name: str = "c"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def runner_for(queries: list[FakeQuery], policy: RestartPolicy) -> tuple[StageRunner, Script, FakeCtx, Clock]:
+    script, ctx, clock = Script(queries), FakeCtx(), Clock()
+    runner = StageRunner(ctx, FakeConfig(), Stage("publish", script), policy, clock=clock)  # type: ignore[arg-type]
+    return runner, script, ctx, clock
+
+
+@pytest.mark.parametrize(("text", "transient"), [
+    (UNAVAILABLE, True),
+    (KAFKA_DOWN, True),
+    ("KafkaException: KafkaError{code=_TRANSPORT,val=-195,str=\"Broker transport failure\"}", True),
+    ("google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded", True),
+    ('cimpl.KafkaException: KafkaError{code=_NOENT,val=-156,str="Failed to query partition leaders: No leaders '
+     'found"}', True),  # the broker is down while earliest/latest offsets are listed
+    (NOT_FOUND, False),
+    (BAD_RECORD, False),
+    ("pubsub_connect.config.ConfigError: sink.properties: cps.topic is required", False),
+    ("ValueError: something else entirely", False),
+])
+def test_transient_failures_are_told_apart_from_bad_data_and_config(text: str, transient: bool) -> None:
+    assert is_transient(text) is transient
+
+
+def test_backoff_doubles_from_one_second_up_to_the_cap() -> None:
+    policy = RestartPolicy(timeout_s=None, backoff_max_s=10)
+    assert [policy.delay(n) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_transient_failure_restarts_from_checkpoint_after_backoff_and_a_batch_ends_the_streak() -> None:
+    first, second, third = FakeQuery(), FakeQuery(), FakeQuery()
+    runner, script, ctx, clock = runner_for([first, second, third], RestartPolicy(timeout_s=60, backoff_max_s=30))
+    runner.start()
+    first.failure = UNAVAILABLE
+    runner.check()
+    assert runner.query is None and script.closed == [0]  # the failed attempt's resources are released
+    assert ctx.lines == ["[c.publish] publish of batch 3 to projects/p/topics/t failed: PublishError: 5 of 5 "
+                         "message(s) not published; first: RetryError: Timeout of 60.0s exceeded, last exception: "
+                         "503 failed to connect to all addresses; restarting from the checkpoint in 1 s (restart 1)"]
+    clock.now = 0.5
+    runner.check()
+    assert script.started == 1  # still backing off
+    clock.now = 1.0
+    runner.check()
+    assert script.started == 2 and runner.query is second
+    second.failure = UNAVAILABLE
+    clock.now = 3.0
+    runner.check()
+    assert ctx.lines[-1].endswith("restarting from the checkpoint in 2 s (restart 2)")
+    clock.now = 5.0
+    runner.check()
+    assert runner.query is third
+    third.lastProgress = {"batchId": 4}  # the service answered: the streak is over
+    runner.check()
+    assert ctx.lines[-1] == "[c.publish] recovered after 2 restart(s)"
+    assert (runner.attempt, runner.streak_started) == (0, None)
+
+
+def test_gives_up_with_the_last_error_once_the_restart_timeout_would_be_exceeded() -> None:
+    queries = [FakeQuery() for _ in range(10)]
+    runner, script, _ctx, clock = runner_for(queries, RestartPolicy(timeout_s=10, backoff_max_s=30))
+    runner.start()
+    with pytest.raises(ConnectorError) as err:
+        while True:
+            runner.query.failure = KAFKA_DOWN  # type: ignore[union-attr]
+            runner.check()
+            clock.now = runner.restart_at  # type: ignore[assignment]
+            runner.check()
+    # restarts after 1, 2, 4 s (t = 1, 3, 7); the next wait (8 s) would end at 15 s > 10 s
+    assert script.started == 4
+    assert str(err.value) == ("c publish: TimeoutError: no fetch response for [('t', 0)] within 120000 ms (option "
+                              "fetchOffset.timeoutMs): is the broker reachable? (still failing after 3 restart(s) "
+                              "in 7 s; pipeline.restart.timeout.ms=10000)")
+    assert script.closed == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("text", [NOT_FOUND, BAD_RECORD])
+def test_permanent_failure_stops_at_once(text: str) -> None:
+    query = FakeQuery()
+    runner, script, ctx, _clock = runner_for([query], RestartPolicy(timeout_s=None))
+    runner.start()
+    query.failure = text
+    with pytest.raises(ConnectorError) as err:
+        runner.check()
+    assert str(err.value).startswith("c publish: ")
+    assert script.started == 1 and script.closed == [0] and ctx.lines == []
+
+
+def test_timeout_zero_never_restarts() -> None:
+    query = FakeQuery()
+    runner, script, _ctx, _clock = runner_for([query], RestartPolicy(timeout_s=0))
+    runner.start()
+    query.failure = UNAVAILABLE
+    with pytest.raises(ConnectorError, match=r"^c publish: publish of batch 3 to projects/p/topics/t failed: "):
+        runner.check()
+    assert script.started == 1
+
+
+def test_failure_while_starting_is_restarted_too() -> None:
+    """e.g. the transactional producer cannot reach the broker to init its transactions."""
+    calls: list[int] = []
+    query = FakeQuery()
+
+    def start(ctx: Any, _config: Any) -> FakeQuery:
+        calls.append(1)
+        if len(calls) == 1:
+            raise TimeoutError("KafkaError{code=_TIMED_OUT,val=-185,str=\"Failed to initialize Producer ID\"}")
+        return query
+
+    ctx, clock = FakeCtx(), Clock()
+    runner = StageRunner(ctx, FakeConfig(), Stage("produce", start), RestartPolicy(), clock=clock)  # type: ignore[arg-type]
+    runner.start()
+    assert runner.query is None and ctx.lines[-1].endswith("restarting from the checkpoint in 1 s (restart 1)")
+    clock.now = 1.0
+    runner.check()
+    assert runner.query is query and len(calls) == 2
+
+
+def test_a_query_that_ends_without_error_is_finished() -> None:
+    query = FakeQuery()
+    runner, _script, _ctx, _clock = runner_for([query], RestartPolicy())
+    runner.start()
+    query.done = True
+    runner.check()
+    assert runner.finished
