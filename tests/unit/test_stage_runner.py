@@ -199,3 +199,20 @@ def test_a_query_that_ends_without_error_is_finished() -> None:
     query.done = True
     runner.check()
     assert runner.finished
+
+
+def test_permanent_failure_while_starting_is_raised_as_it_is() -> None:
+    """A ConfigError from a stage's setup keeps its type (the CLI maps it to its exit code)."""
+
+    class ConfigError(ValueError):
+        pass
+
+    def start(ctx: Any, _config: Any) -> FakeQuery:
+        ctx.closers.append(lambda: None)
+        raise ConfigError("value.converter=ByteArrayConverter cannot write STRUCT values")
+
+    ctx = FakeCtx()
+    runner = StageRunner(ctx, FakeConfig(), Stage("pull", start), RestartPolicy())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="ByteArrayConverter"):
+        runner.start()
+    assert ctx.closers == [] and runner.closers == []

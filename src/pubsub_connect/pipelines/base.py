@@ -258,6 +258,9 @@ class StageRunner:
             self.query = self.stage.start(self.ctx, self.config)
         except Exception as exc:
             self._take_closers(mark)
+            if not is_transient(exc):  # e.g. a ConfigError: raised as it is, for its own message and exit code
+                self.close()
+                raise
             self._failed(exc)
             return
         self._take_closers(mark)
