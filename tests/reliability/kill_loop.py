@@ -69,6 +69,7 @@ def run_kill_loop(name: str, run_args: Sequence[str], env: dict[str, str], log: 
         print(f"kill -9 (seed {seed}) {point}", flush=True)
         feed(point.cycle)
         offset = log.stat().st_size if log.exists() else 0
+        started = time.monotonic()
         proc = start(["run", *run_args], env, log)
         progress = re.compile(rf"^\[{re.escape(name)}\.{re.escape(point.stage)}\] batch=\d+ ", re.MULTILINE)
         deadline = time.monotonic() + timeout_s
@@ -87,6 +88,7 @@ def run_kill_loop(name: str, run_args: Sequence[str], env: dict[str, str], log: 
                 time.sleep(0.1)
         finally:
             kill_group(proc)
+        print(f"  killed {time.monotonic() - started:.1f} s after the start", flush=True)
     return points
 
 
