@@ -1,11 +1,12 @@
-"""kill -9 loops: run a connector as users do, SIGKILL it at seeded random points, restart.
+"""kill -9 loops: run connectors as users do, SIGKILL the worker at seeded random points, restart.
 
-Each cycle feeds fresh input, starts ``pubsub-connect run`` (continuous, all stages, its own
-process group so the JVM and Python workers die with it), waits until a seeded stage has
-completed a seeded number of micro-batches in this run, waits a seeded fraction of a batch
-more (so the kill lands inside the next batch, not on its boundary) and SIGKILLs the group.
-Stages take turns in a seeded order, so every stage is hit. After the last cycle the caller
-drains with ``--once`` and checks the sequence ids.
+One ``pubsub-connect run`` process (continuous, every stage of every connector given, its own
+process group so the JVM and Python workers die with it) plays the Kafka Connect worker. Each
+cycle feeds fresh input to every connector, starts the worker, waits until a seeded connector's
+seeded stage has completed a seeded number of micro-batches in this run, waits a seeded
+fraction of a batch more (so the kill lands inside a batch, not on its boundary) and SIGKILLs
+the group. Connectors take turns deciding the moment; every kill hits every connector wherever
+it is. After the last cycle the caller drains with ``--once`` and checks the sequence ids.
 
 The seed is printed with every kill point, so a failure can be replayed exactly
 (``KILL_SEED=<n> pytest …``).
@@ -30,22 +31,31 @@ DEFAULT_SEED = int(os.environ.get("KILL_SEED", "20261122"))
 @dataclass(frozen=True)
 class KillPoint:
     cycle: int
+    connector: str
     stage: str
     after_batches: int
     extra_delay_s: float
 
     def __str__(self) -> str:
-        return f"cycle {self.cycle}: {self.stage} after {self.after_batches} batch(es) + {self.extra_delay_s:.2f} s"
+        return (f"cycle {self.cycle}: when {self.connector}.{self.stage} has done {self.after_batches} batch(es) "
+                f"+ {self.extra_delay_s:.2f} s")
 
 
-def plan(stages: Sequence[str], cycles: int, seed: int, max_batches: int = 3,
+def plan(targets: Sequence[tuple[str, Sequence[str]]], cycles: int, seed: int, max_batches: int = 2,
          max_extra_delay_s: float = 0.6) -> list[KillPoint]:
-    """Seeded kill points: stages in turns of a shuffled order, random batch count and delay."""
+    """Seeded kill points. Connectors take turns (in a shuffled order) to decide when the worker
+    dies: at a random stage of theirs, after a random number of batches plus a random delay.
+    Every kill takes down every connector of the worker, wherever each happens to be."""
     rng = random.Random(seed)
-    order = list(stages)
+    order = [name for name, _ in targets]
     rng.shuffle(order)
-    return [KillPoint(cycle, order[cycle % len(order)], rng.randint(1, max_batches),
-                      round(rng.uniform(0, max_extra_delay_s), 2)) for cycle in range(cycles)]
+    stages = dict(targets)
+    points = []
+    for cycle in range(cycles):
+        connector = order[cycle % len(order)]
+        points.append(KillPoint(cycle, connector, rng.choice(list(stages[connector])), rng.randint(1, max_batches),
+                                round(rng.uniform(0, max_extra_delay_s), 2)))
+    return points
 
 
 def start(args: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -60,18 +70,19 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(30)
 
 
-def run_kill_loop(name: str, run_args: Sequence[str], env: dict[str, str], log: Path, stages: Sequence[str],
-                  feed: Callable[[int], None], *, cycles: int = 5, seed: int = DEFAULT_SEED,
-                  timeout_s: float = 240) -> list[KillPoint]:
-    """Run ``cycles`` start/kill cycles of connector ``name``; returns the kill points used."""
-    points = plan(stages, cycles, seed)
+def run_kill_loop(run_args: Sequence[str], env: dict[str, str], log: Path,
+                  targets: Sequence[tuple[str, Sequence[str]]], feed: Callable[[int], None], *, cycles: int = 5,
+                  seed: int = DEFAULT_SEED, timeout_s: float = 300) -> list[KillPoint]:
+    """Run ``cycles`` start/kill cycles of a worker running the connectors of ``targets``
+    (``(name, stages)``); returns the kill points used."""
+    points = plan(targets, cycles, seed)
     for point in points:
         print(f"kill -9 (seed {seed}) {point}", flush=True)
         feed(point.cycle)
         offset = log.stat().st_size if log.exists() else 0
         started = time.monotonic()
         proc = start(["run", *run_args], env, log)
-        progress = re.compile(rf"^\[{re.escape(name)}\.{re.escape(point.stage)}\] batch=\d+ ", re.MULTILINE)
+        progress = re.compile(rf"^\[{re.escape(point.connector)}\.{re.escape(point.stage)}\] batch=\d+ ", re.MULTILINE)
         deadline = time.monotonic() + timeout_s
         try:
             while True:
@@ -82,7 +93,7 @@ def run_kill_loop(name: str, run_args: Sequence[str], env: dict[str, str], log: 
                     time.sleep(point.extra_delay_s)
                     break
                 if proc.poll() is not None:
-                    raise AssertionError(f"connector exited early ({proc.returncode}) in {point}:\n{output[-3000:]}")
+                    raise AssertionError(f"worker exited early ({proc.returncode}) in {point}:\n{output[-3000:]}")
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{point} not reached within {timeout_s} s:\n{output[-3000:]}")
                 time.sleep(0.1)

@@ -89,6 +89,7 @@ def runner_for(queries: list[FakeQuery], policy: RestartPolicy) -> tuple[StageRu
     ("google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded", True),
     ('cimpl.KafkaException: KafkaError{code=_NOENT,val=-156,str="Failed to query partition leaders: No leaders '
      'found"}', True),  # the broker is down while earliest/latest offsets are listed
+    ("org.apache.spark.SparkException: Python worker failed to connect back.", True),
     (NOT_FOUND, False),
     (BAD_RECORD, False),
     ("pubsub_connect.config.ConfigError: sink.properties: cps.topic is required", False),

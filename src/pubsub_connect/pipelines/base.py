@@ -178,6 +178,8 @@ _TRANSIENT_MARKERS = (
     "failed to connect to all addresses", "Connection refused", "Connection reset", "Socket closed",
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "Timed out", "BrokerTransportFailure",
     "is the broker reachable", "TimeoutError", "No leaders found", "LEADER_NOT_AVAILABLE", "NOT_LEADER",
+    # Spark gives a new Python worker a hard-coded 10 s to connect back: an overloaded machine
+    "Python worker failed to connect back",
 )
 #: Failures a restart cannot fix even when a timeout shows up in the same text: bad records,
 #: bad configuration, missing resources, refused permissions, lost Kafka data.
