@@ -105,6 +105,7 @@ def _use_running_services(worker: cfg.WorkerConfig) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from pubsub_connect.io.spark import silence_query_failure_logs
     from pubsub_connect.pipelines.base import install_stop_signals, run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
@@ -122,6 +123,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         plans.append((connector, stages))
 
     ctx = build_context(run_config.worker, once=args.once, progress=lambda line: print(line, flush=True))
+    if not args.debug:
+        silence_query_failure_logs(ctx.spark)  # the stage runner prints each failure in one line
     print(f"pubsub-connect {__version__}: {ctx.caps.describe()}, storage {ctx.store.root}", flush=True)
     if args.once:
         for connector, stages in plans:
@@ -227,8 +230,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # py4j logs every command it sends to the JVM at DEBUG, including pickled functions that carry
-    # connector settings (credentials): never below INFO, even with --debug.
-    logging.getLogger("py4j").setLevel(logging.INFO if args.debug else logging.ERROR)
+    # connector settings (credentials): never below INFO, even with --debug. Without --debug not
+    # even its ERRORs: they are a failed micro-batch's traceback, which the stage runner reports
+    # in one line.
+    logging.getLogger("py4j").setLevel(logging.INFO if args.debug else logging.CRITICAL)
     try:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:

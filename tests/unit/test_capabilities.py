@@ -32,3 +32,25 @@ def test_forcing_python_implementations_on_a_cluster() -> None:
 def test_asking_for_a_missing_native_fails(kafka: str, table: str, message: str) -> None:
     with pytest.raises(RuntimeError, match=message):
         resolve_capabilities(LOCAL, kafka, table)
+
+
+def test_run_turns_off_the_jvm_loggers_that_print_query_failure_traces(spark) -> None:
+    from pubsub_connect.io.spark import QUERY_FAILURE_LOGGERS, silence_query_failure_logs
+
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+
+    def levels() -> list[str]:
+        return [log4j.LogManager.getLogger(name).getLevel().toString() for name in QUERY_FAILURE_LOGGERS]
+
+    before = levels()
+    assert "OFF" not in before
+    try:
+        silence_query_failure_logs(spark)
+        assert levels() == ["OFF"] * len(QUERY_FAILURE_LOGGERS)
+        # a level set on the root afterwards (sc.setLogLevel) does not bring them back
+        spark.sparkContext.setLogLevel("WARN")
+        assert levels() == ["OFF"] * len(QUERY_FAILURE_LOGGERS)
+        assert log4j.LogManager.getLogger("org.apache.spark.scheduler.DAGScheduler").getLevel().toString() == "WARN"
+    finally:
+        for name, level in zip(QUERY_FAILURE_LOGGERS, before, strict=True):
+            log4j.core.config.Configurator.setLevel(name, log4j.Level.getLevel(level))

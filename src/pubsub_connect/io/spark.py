@@ -43,6 +43,17 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.python.worker.reuse": "true",
 }
 
+#: JVM loggers that print a failed task or streaming query with its whole stack trace (the Python
+#: traceback included). The stage runner reports every such failure itself in one line, and
+#: restarts the stage when it is transient, so on a user's console these traces only bury that
+#: line. ``pubsub-connect run`` turns them off unless ``--debug``; nothing else is changed.
+QUERY_FAILURE_LOGGERS = (
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.executor.Executor",
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4.1+
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",  # Spark 3.x, 4.0
+)
+
 # Worker keys that choose an implementation explicitly (``auto`` = detect).
 KAFKA_IMPLEMENTATIONS = ("auto", "native", "python")
 TABLE_IMPLEMENTATIONS = ("auto", "delta-spark", "delta-rs")
@@ -156,3 +167,19 @@ def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pub
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(conf.get("spark.log.level", "WARN"))
     return session
+
+
+def silence_query_failure_logs(spark: SparkSession) -> None:
+    """Turn off the JVM loggers of :data:`QUERY_FAILURE_LOGGERS` in this session's driver.
+
+    A no-op without a py4j JVM (Spark Connect). Not used on Databricks, whose driver logs are
+    where users look for those traces."""
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    except Exception:  # Spark Connect sessions have no SparkContext
+        return
+    if jvm is None:
+        return
+    log4j = jvm.org.apache.logging.log4j
+    for name in QUERY_FAILURE_LOGGERS:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
