@@ -38,6 +38,16 @@ class ConnectorError(RuntimeError):
     ``errors.tolerance=none``, unreachable service…). ``str()`` is the one-line message."""
 
 
+def run_closers(closers: list[Callable[[], None]]) -> None:
+    """Run and forget cleanups, newest first; a failed one is logged, the rest still run."""
+    while closers:
+        closer = closers.pop()
+        try:
+            closer()
+        except Exception as exc:  # a failed cleanup must not hide the stage's own outcome
+            log.warning("cleanup failed: %s", exc)
+
+
 @dataclass
 class PipelineContext:
     """Everything a stage needs besides its connector's config."""
@@ -52,12 +62,7 @@ class PipelineContext:
     closers: list[Callable[[], None]] = field(default_factory=list)
 
     def close_resources(self) -> None:
-        while self.closers:
-            closer = self.closers.pop()
-            try:
-                closer()
-            except Exception as exc:  # a failed cleanup must not hide the stage's own outcome
-                log.warning("cleanup failed: %s", exc)
+        run_closers(self.closers)
 
     def trigger(self) -> dict[str, Any]:
         if self.once:
@@ -273,12 +278,7 @@ class StageRunner:
         del self.ctx.closers[mark:]
 
     def close(self) -> None:
-        while self.closers:
-            closer = self.closers.pop()
-            try:
-                closer()
-            except Exception as exc:  # a failed cleanup must not hide the stage's own outcome
-                log.warning("cleanup failed: %s", exc)
+        run_closers(self.closers)
 
     def stop(self) -> None:
         """Stop the query (a batch cut short is not committed and runs again on restart)."""
