@@ -52,7 +52,11 @@ def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
 def convert_batch(bronze_batch: DataFrame, settings: CpsSinkSettings) -> tuple[DataFrame, DataFrame]:
     """One bronze micro-batch → (outbox rows, dead-letter rows). Pure DataFrame transformation,
     so tests call it directly on a local session."""
-    converted = to_outbox(bronze_batch, settings)
+    return split_converted(to_outbox(bronze_batch, settings))
+
+
+def split_converted(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """``to_outbox`` rows → (outbox rows, dead-letter rows)."""
     good = (converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull())
             .select(*[f.name for f in PUBSUB_OUTBOX.fields]))
     bad = converted.filter(F.col("error_class").isNotNull()).select(
@@ -70,17 +74,15 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     app_id = f"{config.name}/convert"
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
+        # persisted: the conversion runs once although the DLQ count and the outbox append both
+        # read its result (the JSON converters are Python, the costliest step of the stage)
+        converted = to_outbox(batch, settings).persist()
         try:
-            good, bad = convert_batch(batch, settings)
-            bad = bad.persist()
-            try:
-                dead_letter(ctx, config, dlq, bad, batch_id)
-                ctx.store.append_batch(outbox, good, app_id, batch_id)
-            finally:
-                bad.unpersist()
+            good, bad = split_converted(converted)
+            dead_letter(ctx, config, dlq, bad, batch_id)
+            ctx.store.append_batch(outbox, good, app_id, batch_id)
         finally:
-            batch.unpersist()
+            converted.unpersist()
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 

@@ -248,7 +248,11 @@ def convert_batch(bronze_batch: DataFrame, already_seen: DataFrame, settings: Cp
     """Bronze rows → (outbox rows, dead-letter rows), dropping message ids in ``already_seen``
     (a one-column DataFrame of ids the outbox/DLQ already hold)."""
     fresh = bronze_batch.join(already_seen, "message_id", "left_anti")
-    converted = to_kafka_outbox(fresh, settings, start_counter)
+    return split_converted(fresh, to_kafka_outbox(fresh, settings, start_counter))
+
+
+def split_converted(fresh: DataFrame, converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """``to_kafka_outbox`` rows of the ``fresh`` bronze rows → (outbox rows, dead-letter rows)."""
     publish_times = fresh.groupBy("message_id").agg(F.min("publish_time").alias("publish_time"))
     good = (converted.filter(F.col("error_class").isNull())
             .join(publish_times, "message_id")
@@ -290,14 +294,18 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
         try:
             seen = _seen_ids(ctx, outbox, dlq, batch)
             start_counter = ctx.store.row_count(outbox)
-            good, bad = convert_batch(batch, seen, settings, start_counter)
-            good, bad = good.persist(), bad.persist()
+            # persisted: the look-up of seen ids and the conversion run once although the DLQ
+            # count and the outbox append both read them (and the round-robin numbering of
+            # ``start_counter`` is then the same for both)
+            fresh = batch.join(seen, "message_id", "left_anti").persist()
+            converted = to_kafka_outbox(fresh, settings, start_counter).persist()
             try:
+                good, bad = split_converted(fresh, converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
                 ctx.store.append_batch(outbox, good, app_id, batch_id)
             finally:
-                good.unpersist()
-                bad.unpersist()
+                converted.unpersist()
+                fresh.unpersist()
         finally:
             batch.unpersist()
 
