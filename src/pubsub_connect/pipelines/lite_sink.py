@@ -43,7 +43,7 @@ from pubsub_connect.io.pubsublite import (
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.model.lite import LITE_OUTBOX_DDL, outbox_messages, sink_outbox_batch
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line, query_name
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line
 from pubsub_connect.pipelines.dead_letters import dead_letter
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
 
@@ -220,11 +220,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         finally:
             converted.unpersist()
 
-    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
-            .queryName(query_name(config, "convert"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -295,11 +291,7 @@ def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
                                  f"{error_line(exc)}") from exc
         log.info("%s publish batch %d: %d messages", config.name, batch_id, published)
 
-    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "publish"))
-            .queryName(query_name(config, "publish"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(outbox), config, "publish", process)
 
 
 STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]

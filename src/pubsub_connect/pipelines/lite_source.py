@@ -37,7 +37,7 @@ from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClie
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
 from pubsub_connect.model.lite import kafka_outbox_batch
 from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.cps_source import producer_config
 
 if TYPE_CHECKING:
@@ -113,11 +113,7 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         except LiteIOError as exc:  # the checkpoint, not the cursor, is where this stage resumes
             log.warning("%s pull batch %d: %s (retried with the next batch)", config.name, batch_id, exc)
 
-    return (landed.writeStream.foreachBatch(process)
-            .option("checkpointLocation", checkpoint)
-            .queryName(query_name(config, "pull"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(landed, config, "pull", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,11 +157,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         out = convert_batch(rows, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox))
         ctx.store.append_rows(outbox, out, LITE_KAFKA_OUTBOX, app_id, batch_id)
 
-    return (ctx.read_table_stream(bronze).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "convert"))
-            .queryName(query_name(config, "convert"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,11 +195,7 @@ def produce(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             raise ConnectorError(f"produce of batch {batch_id} to {topic} failed: {exc}") from exc
         log.info("%s produce batch %d: %d records", config.name, batch_id, written)
 
-    return (ctx.read_table_stream(outbox).writeStream.foreachBatch(process)
-            .option("checkpointLocation", ctx.store.checkpoint(config.name, "produce"))
-            .queryName(query_name(config, "produce"))
-            .trigger(**ctx.trigger())
-            .start())
+    return ctx.start_batches(ctx.read_table_stream(outbox), config, "produce", process)
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]
