@@ -57,6 +57,9 @@ BENCHMARKS = (
               printed=(("ratio_events", r"\[events\][\s\S]*?ratio writer/zlib: ([\d.]+)"),
                        ("ratio_small", r"\[small\][\s\S]*?ratio writer/zlib: ([\d.]+)"))),
     Benchmark("cps_source", ("--records", "20000"), ("--records", "100000")),
+    # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
+    Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
+    Benchmark("lite", ("--records", "50000"), ("--records", "200000")),
 )
 
 
@@ -119,6 +122,12 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
                 out.append((f"block-gzip / zlib ({key[6:]})", results[key], "ratio"))
     elif name == "cps_source" and "ratio" in results:
         out.append(("source e2e / slower bare client", results["ratio"], "ratio"))
+    elif name == "archive" and "ratio" in results:
+        out.append(("archive e2e / slower bare client", results["ratio"], "ratio"))
+    elif name == "lite":
+        for direction in ("sink", "source"):
+            if f"{direction}_ratio" in results:
+                out.append((f"lite {direction} e2e / slower bare client", results[f"{direction}_ratio"], "ratio"))
     return out
 
 

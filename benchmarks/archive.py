@@ -1,0 +1,174 @@
+"""Archive sink throughput: end-to-end messages/s vs. the bare clients, in one run.
+
+    .venv/bin/python benchmarks/archive.py [--records 100000] [--size 1024] [--partitions 3]
+                                           [--target local|s3]
+
+Starts a local Kafka broker (and, with ``--target s3``, a moto S3 server with a bucket,
+path-style addressing), produces N records of SIZE bytes, then measures, on the same services
+and data: (1) a bare confluent-kafka consumer reading them, (2) a bare writer: the same N
+payloads as newline-terminated lines through plain ``zlib`` (gzip wrapper, level 6 — the
+archive's level) into a local file, (3) the connector (Kafka → Block-GZIP ``.gz`` +
+``.index.json`` objects, ``--once``, Spark session already up). The ratio compares (3) with the
+slower of (1) and (2), which bounds what any Kafka → gzip archiver can reach here: the archive
+compresses on one driver core, so (2) is usually the limit.
+
+After the run the archive is read back (every file's index, and every block decompressed with
+the project's reader) and must hold exactly the N records, once each; otherwise the script fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+import zlib
+from pathlib import Path
+
+from _common import bare_consume, event_payload, produce, table, write_results
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io import objectstore as ostore
+from pubsub_connect.io import services as svc
+from pubsub_connect.model import blockgzip as bg
+from pubsub_connect.pipelines.archive import STAGES
+from pubsub_connect.pipelines.base import run_stages
+from pubsub_connect.pipelines.runtime import build_context
+
+TOPIC = "bench"
+BUCKET = "bench-archive"
+PREFIX = "kafka/"
+#: 1 MiB blocks (uncompressed) instead of the 64 MiB default: with the default 16 blocks per file
+#: a file holds 1 GiB, so at benchmark sizes no file would close before the end-of-run tail and
+#: the commit path (index + upload per file) would run once per partition only. 1 MiB blocks give
+#: 16 MiB files, i.e. several committed files per partition at 100k x 1 KB, and 1 MiB is a
+#: realistic ``archive read`` granularity (one range request per block).
+BLOCK_SIZE = 1_048_576
+#: Records per file: large enough that files are cut by ``chunks.per.file`` (16 MiB), not by count.
+FLUSH_SIZE = 1_000_000
+
+
+def bare_gzip_write(n: int, size: int, path: Path, batch: int = 10_000) -> float:
+    """The same N payloads as LF-terminated lines through one gzip stream (level 6) into a file;
+    returns seconds. Payloads are generated before timing (the connector gets them from Kafka)."""
+    payloads = [event_payload(size, seq) for seq in range(n)]
+    started = time.perf_counter()
+    compressor = zlib.compressobj(bg.DEFAULT_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    with open(path, "wb") as out:
+        for i in range(0, n, batch):
+            out.write(compressor.compress(b"".join(p + b"\n" for p in payloads[i:i + batch])))
+        out.write(compressor.flush())
+    return time.perf_counter() - started
+
+
+def archived(store: ostore.ObjectStore, n: int, size: int) -> tuple[int, int, int]:
+    """Read the archive back; returns (files, records, compressed bytes). Raises unless it holds
+    exactly the N records produced (by sequence id, each once) and the indexes agree."""
+    files = records = stored = 0
+    seen = bytearray(n)
+    for (topic, partition), objects in ostore.list_archive_files(store, PREFIX).items():
+        for obj in objects:
+            if not obj.has_index:
+                raise RuntimeError(f"{store.url(obj.name.gz_key)} has no index")
+            indexed = sum(c.num_records for c in bg.parse_index(store.read(obj.name.index_key)))
+            values = bg.read_records(store.read(obj.name.gz_key))
+            if len(values) != indexed:
+                raise RuntimeError(f"{store.url(obj.name.gz_key)}: {len(values)} records, index says {indexed}")
+            for value in values:
+                if value is None or len(value) != size:
+                    raise RuntimeError(f"{topic}-{partition}: unexpected value {value!r:.40}")
+                seen[int(value[:12])] += 1
+            files += 1
+            records += len(values)
+            stored += obj.size
+    if records != n or seen.count(1) != n:
+        raise RuntimeError(f"archived {records:,} records ({seen.count(1):,} distinct of the {n:,} produced), "
+                           f"expected exactly {n:,}")
+    return files, records, stored
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--target", choices=("local", "s3"), default="local")
+    parser.add_argument("--batch", type=int, default=0,
+                        help="pipeline.max.records.per.batch (default: all records in one micro-batch)")
+    args = parser.parse_args()
+    n = args.records
+    root = Path(tempfile.mkdtemp(prefix="bench-archive-"))
+    buffer = root / "buffer"
+    buffer.mkdir()
+    names = ("kafka", "s3") if args.target == "s3" else ("kafka",)
+    with svc.LocalServices(root / "services", names) as services:
+        bootstrap = services.running["kafka"].endpoint
+        connector = {"name": "bench-archive", "connector.class": "S3SinkConnector", "topics": TOPIC,
+                     "s3.prefix": PREFIX, "local.buffer.dir": str(buffer),
+                     "compressed_block_size": str(BLOCK_SIZE), "flush.size": str(FLUSH_SIZE)}
+        aws: dict[str, str] = {}
+        if args.target == "s3":
+            s3 = services.running["s3"]
+            # The credentials/region of the moto server; the endpoint goes in the connector config
+            # (s3.endpoint), as a user would set it, not through AWS_ENDPOINT_URL_S3.
+            aws = {k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL_S3"}
+            connector.update({"s3.bucket": BUCKET, "s3.endpoint": s3.endpoint, "s3.path_style": "true",
+                              "s3.region": "us-east-1"})
+            with svc.environment(aws):
+                import boto3
+
+                boto3.client("s3", endpoint_url=s3.endpoint).create_bucket(Bucket=BUCKET)
+        else:
+            connector["output.path"] = str(root / "out")
+        with svc.environment(aws):
+            produce_s = produce(bootstrap, TOPIC, n, args.size, args.partitions, body=event_payload)
+            consume_s = bare_consume(bootstrap, TOPIC, n, args.partitions)
+            gzip_s = bare_gzip_write(n, args.size, root / "bare.gz")
+            gzip_bytes = (root / "bare.gz").stat().st_size
+
+            run = cfg.load_raw(connector, {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                                           "pipeline.max.records.per.batch": str(args.batch or n)})
+            store = ostore.open_store(run.connectors[0])
+            chunks_per_file = int(run.connectors[0].get("chunks.per.file"))
+            t0 = time.perf_counter()
+            ctx = build_context(run.worker, once=True, progress=lambda _line: None)
+            session_s = time.perf_counter() - t0
+            try:
+                started = time.perf_counter()
+                run_stages(ctx, run.connectors[0], STAGES)
+                e2e_s = time.perf_counter() - started
+            finally:
+                ctx.spark.stop()
+            files, _, stored = archived(store, n, args.size)
+    shutil.rmtree(root, ignore_errors=True)
+
+    mb = n * args.size / 1e6
+    rate = {"bare consume": n / consume_s, "bare gzip writer": n / gzip_s, "connector end-to-end": n / e2e_s}
+    limit = min(rate["bare consume"], rate["bare gzip writer"])
+    ratio = rate["connector end-to-end"] / limit
+    rows = [
+        ("records x size", f"{n:,} x {args.size} B ({mb:,.0f} MB), {args.partitions} partitions"),
+        ("target", f"{args.target} ({store.url(PREFIX)})"),
+        ("produce (setup)", f"{n / produce_s:,.0f} msg/s"),
+        ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
+        ("bare gzip writer (zlib level 6)", f"{mb / gzip_s:,.1f} MB/s, {rate['bare gzip writer']:,.0f} msg/s "
+                                            f"-> {gzip_bytes / 1e6:,.2f} MB"),
+        ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {mb / e2e_s:,.1f} MB/s "
+                                 f"({e2e_s:,.1f} s)"),
+        ("spark session start (excluded)", f"{session_s:,.1f} s"),
+        ("files written", f"{files} .gz (+ {files} .index.json), {stored / 1e6:,.2f} MB; "
+                          f"block {BLOCK_SIZE:,} B, {chunks_per_file} blocks per file"),
+        ("records archived (read back)", f"{n:,} (each once)"),
+        ("ratio to the slower bare client", f"{ratio:.2f}"),
+    ]
+    print(table(rows))
+    path = write_results("archive", {
+        "records": n, "size": args.size, "partitions": args.partitions, "target": args.target,
+        "block_size": BLOCK_SIZE, "rates_msgs_per_s": rate,
+        "mb_per_s": {"bare gzip writer": mb / gzip_s, "connector end-to-end": mb / e2e_s},
+        "spark_session_s": session_s, "files": files, "ratio": ratio})
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Pub/Sub Lite sink and source throughput: end-to-end messages/s vs. the bare clients, in one run.
+
+    .venv/bin/python benchmarks/lite.py [--records 50000] [--size 1024] [--partitions 3]
+
+There is no Lite emulator; like the tests, this runs against the local Lite gRPC server of
+``tests/lite_server``, started in its own process (so it does not share a GIL with the clients
+it serves) and spoken to over TLS by the official ``google-cloud-pubsublite`` client, unmodified.
+Both directions are measured on the same services and data:
+
+- **sink** (Kafka → Lite): (1) a bare confluent-kafka consumer reading the N records, (2) the
+  official Lite ``PublisherClient`` alone publishing N messages, (3) the Lite sink connector
+  (ingest → convert → publish, ``--once``, Spark session already up). Ratio: (3) / slower of (1), (2).
+- **source** (Lite → Kafka): (1) the official Lite ``SubscriberClient`` alone receiving and acking
+  the N messages, (2) a bare idempotent Kafka producer (the setup's produce of the same N
+  records), (3) the Lite source connector (pull → convert → produce, ``--once``) reading what the
+  sink published. Ratio: (3) / slower of (1), (2).
+
+A run whose connectors did not move every record fails instead of printing a rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import bare_consume, payload, produce, table, write_results
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io import services as svc
+from pubsub_connect.pipelines import lite_sink, lite_source
+from pubsub_connect.pipelines.base import run_stages
+from pubsub_connect.pipelines.runtime import build_context
+
+PROJECT = "bench-project"
+ZONE = "us-central1-a"
+TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
+
+
+class LiteServerProcess:
+    """``python -m lite_server`` in a child process; sets this process up to trust it.
+
+    The trust roots must be in the environment before the first gRPC channel and before the
+    Spark JVM (whose Python workers publish and read) starts: the Lite client reads
+    ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` once per process."""
+
+    def __init__(self, cert_dir: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "lite_server", "--cert-dir", str(cert_dir)],
+                                     cwd=TESTS_DIR, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        info = json.loads(self.proc.stdout.readline())
+        self.endpoint: str = info["endpoint"]
+        os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = info["cert"]
+        for var in ("https_proxy", "HTTPS_PROXY", "grpc_proxy", "http_proxy", "HTTP_PROXY"):
+            os.environ.pop(var, None)  # a proxy would intercept the loopback TLS connection
+        os.environ["NO_PROXY"] = os.environ["no_proxy"] = "localhost,127.0.0.1"
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        from google.api_core.client_options import ClientOptions
+        from google.auth.credentials import AnonymousCredentials
+
+        return {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=self.endpoint)}
+
+
+def topic_path(name: str) -> str:
+    return f"projects/{PROJECT}/locations/{ZONE}/topics/{name}"
+
+
+def subscription_path(name: str) -> str:
+    return f"projects/{PROJECT}/locations/{ZONE}/subscriptions/{name}"
+
+
+def create_topic_and_subscription(server: LiteServerProcess, name: str, partitions: int) -> None:
+    """A Lite topic and a subscription from its beginning, through the official admin client."""
+    from google.cloud.pubsublite import AdminClient, Subscription, Topic
+    from google.cloud.pubsublite.types import CloudZone
+
+    admin = AdminClient(region=CloudZone.parse(ZONE).region, **server.client_kwargs())
+    capacity = Topic.PartitionConfig.Capacity(publish_mib_per_sec=4, subscribe_mib_per_sec=8)
+    admin.create_topic(Topic(name=topic_path(name), partition_config=Topic.PartitionConfig(
+        count=partitions, capacity=capacity), retention_config=Topic.RetentionConfig(per_partition_bytes=30 << 30)))
+    immediately = Subscription.DeliveryConfig.DeliveryRequirement.DELIVER_IMMEDIATELY
+    admin.create_subscription(Subscription(name=subscription_path(name), topic=topic_path(name),
+                                           delivery_config=Subscription.DeliveryConfig(delivery_requirement=immediately)))
+
+
+def bare_lite_publish(server: LiteServerProcess, name: str, count: int, size: int) -> float:
+    """The official Lite publisher alone, default batching, round-robin routing; returns seconds."""
+    from google.cloud.pubsublite.cloudpubsub import PublisherClient
+
+    with PublisherClient(**server.client_kwargs()) as publisher:
+        started = time.perf_counter()
+        futures = [publisher.publish(topic_path(name), payload(size, seq)) for seq in range(count)]
+        for future in futures:
+            future.result(timeout=600)
+        return time.perf_counter() - started
+
+
+def bare_lite_subscribe(server: LiteServerProcess, name: str, count: int, partitions: int) -> float:
+    """The official Lite subscriber alone receiving and acking ``count`` messages; returns seconds."""
+    from google.cloud.pubsublite.cloudpubsub import SubscriberClient
+    from google.cloud.pubsublite.types import FlowControlSettings, Partition
+
+    received = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def callback(message: Any) -> None:
+        nonlocal received
+        message.ack()
+        with lock:
+            received += 1
+            if received >= count:
+                done.set()
+
+    with SubscriberClient(**server.client_kwargs()) as subscriber:
+        started = time.perf_counter()
+        future = subscriber.subscribe(subscription_path(name), callback,
+                                      FlowControlSettings(messages_outstanding=1000, bytes_outstanding=20 << 20),
+                                      fixed_partitions={Partition(p) for p in range(partitions)})
+        finished = done.wait(600)
+        elapsed = time.perf_counter() - started
+        future.cancel()
+    if not finished:
+        raise RuntimeError(f"bare subscriber received {received} of {count} messages in 600 s")
+    return elapsed
+
+
+def lite_head_total(server: LiteServerProcess, name: str, partitions: int) -> int:
+    """How many messages the Lite topic holds (sum of its partitions' head offsets)."""
+    from pubsub_connect.io.pubsublite import LiteConnection, OffsetClient
+
+    client = OffsetClient(LiteConnection(PROJECT, ZONE, server.endpoint), subscription_path(name))
+    try:
+        return sum(client.head_offsets(range(partitions)).values())
+    finally:
+        client.close()
+
+
+def kafka_committed_count(bootstrap: str, topic: str, partitions: int, expect: int, timeout_s: float = 120) -> int:
+    """Records a ``read_committed`` consumer sees in ``topic`` (stops at ``expect`` or quiet)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{time.time_ns()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    seen, deadline, quiet_since = 0, time.monotonic() + timeout_s, time.monotonic()
+    while seen < expect and time.monotonic() < deadline and time.monotonic() - quiet_since < 10:
+        batch = [m for m in consumer.consume(10_000, timeout=1.0) if m.error() is None]
+        if batch:
+            seen += len(batch)
+            quiet_since = time.monotonic()
+    consumer.close()
+    return seen
+
+
+def timed_stages(ctx: Any, connector: cfg.ConnectorConfig, stages: Any) -> tuple[float, dict[str, float]]:
+    """Run each stage with ``--once`` semantics; returns total seconds and seconds per stage."""
+    per_stage: dict[str, float] = {}
+    started = time.perf_counter()
+    for stage in stages:
+        t = time.perf_counter()
+        run_stages(ctx, connector, [stage])
+        per_stage[stage.name] = time.perf_counter() - t
+    return time.perf_counter() - started, per_stage
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=2)
+    args = parser.parse_args()
+    n, parts = args.records, args.partitions
+    root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
+    server = LiteServerProcess(root / "lite")
+    try:
+        with svc.LocalServices(root / "services", ("kafka",)) as services:
+            bootstrap = services.running["kafka"].endpoint
+            produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
+            consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
+            create_topic_and_subscription(server, "bare", parts)
+            publish_s = bare_lite_publish(server, "bare", n, args.size)
+            subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
+
+            create_topic_and_subscription(server, "sink", parts)
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            kafka_admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
+            kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
+            lite_keys = {"pubsublite.project": PROJECT, "pubsublite.location": ZONE,
+                         "pubsublite.endpoint": server.endpoint, "tasks.max": str(args.tasks)}
+            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                      "pipeline.max.records.per.batch": str(n)}
+            sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
+                                 "topics": "bench", "pubsublite.topic": "sink", **lite_keys}, worker)
+            source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
+                                   "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **lite_keys},
+                                  worker)
+            t0 = time.perf_counter()
+            ctx = build_context(sink.worker, once=True, progress=lambda _line: None)
+            session_s = time.perf_counter() - t0
+            try:
+                sink_s, sink_stages = timed_stages(ctx, sink.connectors[0], lite_sink.STAGES)
+                in_lite = lite_head_total(server, "sink", parts)
+                if in_lite != n:
+                    raise RuntimeError(f"the Lite sink published {in_lite} of {n} records")
+                source_s, source_stages = timed_stages(ctx, source.connectors[0], lite_source.STAGES)
+                in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
+                if in_kafka != n:
+                    raise RuntimeError(f"the Lite source produced {in_kafka} of {n} messages to Kafka")
+            finally:
+                ctx.spark.stop()
+    finally:
+        server.close()
+
+    rate = {"bare consume": n / consume_s, "bare lite publish": n / publish_s, "lite sink end-to-end": n / sink_s,
+            "bare lite subscribe": n / subscribe_s, "bare produce": n / produce_s,
+            "lite source end-to-end": n / source_s}
+    sink_ratio = rate["lite sink end-to-end"] / min(rate["bare consume"], rate["bare lite publish"])
+    source_ratio = rate["lite source end-to-end"] / min(rate["bare lite subscribe"], rate["bare produce"])
+    mb = n * args.size / 1e6
+    rows = [
+        ("records x size", f"{n:,} x {args.size} B ({mb:,.0f} MB), {parts} partitions"),
+        ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
+        ("bare Lite publish (official client)", f"{rate['bare lite publish']:,.0f} msg/s"),
+        ("Lite sink end-to-end", f"{rate['lite sink end-to-end']:,.0f} msg/s, {mb / sink_s:,.1f} MB/s"),
+        *[(f"  stage {name}", f"{secs:,.1f} s") for name, secs in sink_stages.items()],
+        ("  ratio to the slower bare client", f"{sink_ratio:.2f}"),
+        ("bare Lite subscribe + ack (official client)", f"{rate['bare lite subscribe']:,.0f} msg/s"),
+        ("bare produce (confluent-kafka, idempotent)", f"{rate['bare produce']:,.0f} msg/s"),
+        ("Lite source end-to-end", f"{rate['lite source end-to-end']:,.0f} msg/s, {mb / source_s:,.1f} MB/s"),
+        *[(f"  stage {name}", f"{secs:,.1f} s") for name, secs in source_stages.items()],
+        ("  ratio to the slower bare client", f"{source_ratio:.2f}"),
+        ("spark session start (excluded)", f"{session_s:,.1f} s"),
+    ]
+    print(table(rows))
+    path = write_results("lite", {"records": n, "size": args.size, "partitions": parts, "rates_msgs_per_s": rate,
+                                  "sink_stage_seconds": sink_stages, "source_stage_seconds": source_stages,
+                                  "sink_ratio": sink_ratio, "source_ratio": source_ratio})
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
