@@ -45,6 +45,7 @@ import threading
 import uuid
 from bisect import bisect_left
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -327,14 +328,24 @@ class ArchiveWriter:
         timestamps = [-1 if ts is None else ts for ts in table.column("ts").to_pylist()]
         values = table.column("value").to_pylist()
         n = len(offsets)
+        runs = []
         start = 0
         while start < n:
             topic, part = topics[start], partitions[start]
             end = start + 1
             while end < n and partitions[end] == part and topics[end] == topic:
                 end += 1
-            self.partition(topic, part).write(offsets[start:end], timestamps[start:end], values[start:end])
+            runs.append((self.partition(topic, part), offsets[start:end], timestamps[start:end], values[start:end]))
             start = end
+        # Partitions are independent files (Connect gives each its own task) and compression,
+        # the bulk of the work, releases the GIL: write them on as many threads as there are cores.
+        if len(runs) == 1:
+            archiver, *records = runs[0]
+            archiver.write(*records)
+            return
+        with ThreadPoolExecutor(max_workers=min(len(runs), os.cpu_count() or 1)) as pool:
+            for done in [pool.submit(archiver.write, *records) for archiver, *records in runs]:
+                done.result()
 
     def close_all(self) -> None:
         """Publish every open file (end of a ``--once`` run, or a clean stop)."""
