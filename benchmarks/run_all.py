@@ -48,8 +48,8 @@ BENCHMARKS = (
               ("--records", "400000", "--reference-records", "50000", "--rounds", "5")),
     Benchmark("ordering", ("--records", "50000", "--rounds", "2"), ("--records", "100000", "--rounds", "4")),
     Benchmark("latency", ("--rate", "50", "--seconds", "20"), ("--rate", "100", "--seconds", "60")),
-    Benchmark("kafka_source", ("--records", "200000", "--rounds", "3", "--min-ratio", "0"),
-              ("--records", "600000", "--rounds", "3", "--min-ratio", "0"),
+    Benchmark("kafka_source", ("--records", "1000000", "--rounds", "3", "--min-ratio", "0"),
+              ("--records", "3000000", "--rounds", "3", "--min-ratio", "0"),
               printed=(("ratio", r"ratio reader/bare: ([\d.]+)"),
                        ("reader_records_per_s", r"python reader -> noop sink:\s+([\d,]+) records/s"),
                        ("bare_records_per_s", r"bare confluent-kafka consumer: ([\d,]+) records/s"))),
@@ -59,7 +59,7 @@ BENCHMARKS = (
     Benchmark("cps_source", ("--records", "20000"), ("--records", "100000")),
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
-    Benchmark("lite", ("--records", "50000"), ("--records", "200000")),
+    Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
 )
 
 
