@@ -414,6 +414,9 @@ WORKER_KEYS: tuple[Key, ...] = (
        "checkpoint before the connector gives up (-1 = forever, 0 = never).", min=-1),
     _k("pipeline.restart.backoff.max.ms", "long", 30_000,
        "Longest wait between two restarts of a failing stage (the wait doubles from 1 s).", min=1),
+    _k("pipeline.batch.timeout.ms", "long", 900_000,
+       "A micro-batch still running after this long is taken as stuck (a wedged client or Python worker): "
+       "its stage is stopped and restarted from its checkpoint like after a transient failure (0 = never).", min=0),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),

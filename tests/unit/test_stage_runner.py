@@ -27,6 +27,7 @@ class FakeQuery:
     done: bool = False
     lastProgress: dict[str, Any] | None = None
     stopped: bool = False
+    status: dict[str, Any] = field(default_factory=lambda: {"isTriggerActive": False})
 
     @property
     def isActive(self) -> bool:
@@ -217,3 +218,48 @@ def test_permanent_failure_while_starting_is_raised_as_it_is() -> None:
     with pytest.raises(ConfigError, match="ByteArrayConverter"):
         runner.start()
     assert ctx.closers == [] and runner.closers == []
+
+
+def test_a_micro_batch_running_past_the_batch_timeout_is_stopped_and_restarted_from_the_checkpoint() -> None:
+    first, second = FakeQuery(), FakeQuery()
+    runner, script, ctx, clock = runner_for(
+        [first, second], RestartPolicy(timeout_s=600, backoff_max_s=30, batch_timeout_s=60))
+    runner.start()
+    first.status = {"isTriggerActive": True}
+    first.lastProgress = {"batchId": 3}
+    runner.check()  # batch 4 seen running at t=0
+    clock.now = 50.0
+    first.lastProgress = {"batchId": 4}  # batch 4 completed; batch 5 running since t=50
+    runner.check()
+    clock.now = 109.0
+    runner.check()
+    assert runner.query is first and not first.stopped and ctx.lines == []
+    clock.now = 111.0
+    runner.check()
+    assert first.stopped and runner.query is None and script.closed == [0]
+    assert ctx.lines == ["[c.publish] a micro-batch ran longer than pipeline.batch.timeout.ms=60000; stopped; "
+                         "restarting from the checkpoint in 1 s (restart 1)"]
+    clock.now = 112.0
+    runner.check()
+    assert runner.query is second
+    second.lastProgress = {"batchId": 5}  # the replayed batch went through
+    runner.check()
+    assert ctx.lines[-1] == "[c.publish] recovered after 1 restart(s)"
+
+
+def test_idle_time_between_batches_never_counts_as_a_stuck_batch() -> None:
+    query = FakeQuery()
+    runner, _script, ctx, clock = runner_for([query], RestartPolicy(timeout_s=600, batch_timeout_s=60))
+    runner.start()
+    for second in range(0, 1000, 10):
+        clock.now = float(second)
+        query.status = {"isTriggerActive": second % 50 == 0}  # a short batch now and then
+        runner.check()
+    assert runner.query is query and not query.stopped and ctx.lines == []
+
+
+def test_batch_timeout_comes_from_the_worker_config() -> None:
+    from pubsub_connect import config as cfg
+
+    assert RestartPolicy.from_worker(cfg.validate_worker({})).batch_timeout_s == 900.0
+    assert RestartPolicy.from_worker(cfg.validate_worker({"pipeline.batch.timeout.ms": "0"})).batch_timeout_s is None

@@ -219,16 +219,24 @@ class RestartPolicy:
     timeout_s: float | None = 300.0  # None: forever
     backoff_max_s: float = 30.0
     backoff_first_s: float = 1.0
+    #: A micro-batch running longer is stuck: stop the query, restart it (None: never).
+    batch_timeout_s: float | None = None
 
     @classmethod
     def from_worker(cls, worker: WorkerConfig) -> RestartPolicy:
         timeout_ms = int(worker.get("pipeline.restart.timeout.ms"))
+        batch_timeout_ms = int(worker.get("pipeline.batch.timeout.ms"))
         return cls(timeout_s=None if timeout_ms < 0 else timeout_ms / 1000.0,
-                   backoff_max_s=int(worker.get("pipeline.restart.backoff.max.ms")) / 1000.0)
+                   backoff_max_s=int(worker.get("pipeline.restart.backoff.max.ms")) / 1000.0,
+                   batch_timeout_s=batch_timeout_ms / 1000.0 if batch_timeout_ms > 0 else None)
 
     def delay(self, attempt: int) -> float:
         """Wait before restart number ``attempt`` (1, 2, …): 1 s, 2 s, 4 s … capped."""
         return min(self.backoff_max_s, self.backoff_first_s * 2 ** (attempt - 1))
+
+
+class StuckBatchError(RuntimeError):
+    """A micro-batch ran longer than ``pipeline.batch.timeout.ms``."""
 
 
 class StageRunner:
@@ -238,6 +246,12 @@ class StageRunner:
     micro-batch (the service answered again). The connector stops with a
     :class:`ConnectorError` when the failure is not transient, or when the streak would outlast
     ``pipeline.restart.timeout.ms``.
+
+    A micro-batch that runs longer than ``pipeline.batch.timeout.ms`` counts as such a failure:
+    Spark has no time limit of its own, and a batch can wedge for good (measured here: Spark
+    4.2's Python runner and a ``mapInArrow`` worker each waiting for the other, every process
+    idle), which would stall the connector without a word. Stopping the query cancels the
+    batch; the restart replays it from the checkpoint.
     """
 
     def __init__(self, ctx: PipelineContext, config: ConnectorConfig, stage: Stage, policy: RestartPolicy,
@@ -253,6 +267,8 @@ class StageRunner:
         self.streak_started: float | None = None
         self.restart_at: float | None = None
         self.finished = False
+        #: (last completed batch id, when a batch after it was first seen running)
+        self._running: tuple[int | None, float] | None = None
 
     @property
     def name(self) -> str:
@@ -302,6 +318,12 @@ class StageRunner:
             log.info("%s recovered after %d restart(s)", self.name, self.attempt)
             self.ctx.progress(f"[{self.name}] recovered after {self.attempt} restart(s)")
             self.attempt, self.streak_started = 0, None
+        if failure is None and self.query.isActive and self._stuck(now):
+            self.stop()
+            self.query = None
+            self._failed(StuckBatchError(f"a micro-batch ran longer than pipeline.batch.timeout.ms="
+                                         f"{int(self.policy.batch_timeout_s * 1000)}; stopped"), transient=True)
+            return
         if self.query.isActive and failure is None:
             return
         failure = failure or self.query.exception()
@@ -311,10 +333,24 @@ class StageRunner:
         self.query = None
         self._failed(failure)
 
-    def _failed(self, exc: BaseException) -> None:
+    def _stuck(self, now: float) -> bool:
+        """Whether the query's current micro-batch has been running for longer than allowed."""
+        if self.policy.batch_timeout_s is None or self.query is None:
+            return False
+        if not self.query.status.get("isTriggerActive"):
+            self._running = None
+            return False
+        last = (self.query.lastProgress or {}).get("batchId")
+        if self._running is None or self._running[0] != last:
+            self._running = (last, now)
+            return False
+        return now - self._running[1] > self.policy.batch_timeout_s
+
+    def _failed(self, exc: BaseException, transient: bool | None = None) -> None:
         line = error_line(exc)
         now = self.clock()
-        if not is_transient(exc) or self.policy.timeout_s == 0:
+        self._running = None
+        if not (is_transient(exc) if transient is None else transient) or self.policy.timeout_s == 0:
             self.close()
             raise ConnectorError(f"{self.config.name} {self.stage.name}: {line}") from None
         self.close()

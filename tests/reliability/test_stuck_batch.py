@@ -1,0 +1,60 @@
+"""A micro-batch that never finishes is stopped after ``pipeline.batch.timeout.ms`` and its stage
+restarted from the checkpoint; when it keeps hanging, the connector stops with one line.
+
+The wedge is real: the batch runs a ``mapInArrow`` whose Python worker never answers, so the
+JVM task waits on the worker exactly as in the Spark 4.2 Python runner hang this setting guards
+against (each side waiting for the other). What is proven is that stopping the query cancels
+such a task and the stage comes back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io.spark import capabilities
+from pubsub_connect.io.tables import table_store
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, run_stages
+
+pytestmark = pytest.mark.slow
+
+
+def wedged(ctx: PipelineContext, config: cfg.ConnectorConfig):  # type: ignore[no-untyped-def]
+    def never_answers(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        # nested: pickled by value (the Python workers cannot import this test module)
+        for _ in batches:
+            time.sleep(3600)
+        yield from ()
+
+    source = ctx.spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    return ctx.start_batches(source, config, "wedged",
+                             lambda batch, _id: batch.mapInArrow(never_answers, "value long").collect())
+
+
+def test_a_wedged_micro_batch_is_stopped_restarted_and_finally_reported(spark, tmp_path: Path) -> None:
+    run = cfg.load_raw({"name": "w", "connector.class": "cps-sink", "topics": "x", "cps.project": "p",
+                        "cps.topic": "t"},
+                       {"storage.root": str(tmp_path), "pipeline.batch.timeout.ms": "4000",
+                        "pipeline.restart.timeout.ms": "10000"})
+    caps = capabilities(spark)
+    lines: list[str] = []
+    ctx = PipelineContext(spark, run.worker, caps, table_store(spark, str(tmp_path), caps), once=False,
+                          progress=lines.append)
+    started = time.monotonic()
+    with pytest.raises(ConnectorError) as err:
+        run_stages(ctx, run.connectors[0], [Stage("wedged", wedged)], threading.Event())
+    elapsed = time.monotonic() - started
+
+    stuck = "a micro-batch ran longer than pipeline.batch.timeout.ms=4000; stopped"
+    assert lines[:2] == [f"[w.wedged] {stuck}; restarting from the checkpoint in 1 s (restart 1)",
+                         f"[w.wedged] {stuck}; restarting from the checkpoint in 2 s (restart 2)"]
+    assert str(err.value).startswith(f"w wedged: {stuck} (still failing after ")
+    assert str(err.value).endswith("pipeline.restart.timeout.ms=10000)")
+    assert elapsed < 120, f"{elapsed:.0f} s: stopping the query did not free the wedged task"
+    assert not any(q.isActive for q in spark.streams.active)
