@@ -263,3 +263,25 @@ def test_batch_timeout_comes_from_the_worker_config() -> None:
 
     assert RestartPolicy.from_worker(cfg.validate_worker({})).batch_timeout_s == 900.0
     assert RestartPolicy.from_worker(cfg.validate_worker({"pipeline.batch.timeout.ms": "0"})).batch_timeout_s is None
+
+
+def test_a_query_like_stage_without_spark_status_is_not_watched_and_recovers() -> None:
+    from pubsub_connect.pipelines.cps_source import PullLoop
+
+    first, second = FakeQuery(), FakeQuery()
+    for query in (first, second):
+        del query.status  # like the pull loop: no Spark status to read
+    runner, _script, ctx, clock = runner_for([first, second], RestartPolicy(timeout_s=600, batch_timeout_s=1))
+    runner.start()
+    clock.now = 100.0
+    runner.check()
+    assert runner.query is first and ctx.lines == []
+    first.failure = UNAVAILABLE
+    runner.check()
+    clock.now = 102.0
+    runner.check()
+    second.lastProgress = {"batchId": 0}
+    runner.check()
+    assert ctx.lines[-1] == "[c.publish] recovered after 1 restart(s)"
+    # the real pull loop has what the runner reads: no Spark status, a lastProgress
+    assert not hasattr(PullLoop, "status") and isinstance(PullLoop.lastProgress, property)

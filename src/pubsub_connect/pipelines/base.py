@@ -334,10 +334,13 @@ class StageRunner:
         self._failed(failure)
 
     def _stuck(self, now: float) -> bool:
-        """Whether the query's current micro-batch has been running for longer than allowed."""
-        if self.policy.batch_timeout_s is None or self.query is None:
+        """Whether the query's current micro-batch has been running for longer than allowed.
+        Only Spark queries are watched: the Pub/Sub pull loop is not one, and every call it makes
+        has a deadline of its own."""
+        status = getattr(self.query, "status", None) if self.policy.batch_timeout_s is not None else None
+        if status is None:
             return False
-        if not self.query.status.get("isTriggerActive"):
+        if not status.get("isTriggerActive"):
             self._running = None
             return False
         last = (self.query.lastProgress or {}).get("batchId")

@@ -216,6 +216,12 @@ class PullLoop:
     def isActive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
 
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """The newest batch's progress (the runner ends a restart streak on it)."""
+        with self._lock:
+            return self.recentProgress[-1] if self.recentProgress else None
+
     def awaitTermination(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in self._threads:
