@@ -48,6 +48,7 @@ def bare_subscribe(subscription_path: str, count: int) -> float:
     done.wait(600)
     elapsed = time.perf_counter() - started
     future.cancel()
+    future.result(timeout=60)  # the client's threads are done (pending acks sent) before it closes
     subscriber.close()
     return elapsed
 
