@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,12 +78,17 @@ def running_on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
+def _driver_jvm(spark: SparkSession) -> Any:
+    """The driver JVM's py4j view, or None on Spark Connect (no SparkContext there)."""
+    try:
+        return spark.sparkContext._jvm  # type: ignore[attr-defined]
+    except Exception:  # Spark Connect sessions have no SparkContext
+        return None
+
+
 def _jvm_has_class(spark: SparkSession, class_name: str) -> bool:
     """True when the driver JVM can load ``class_name``. False on Spark Connect (no py4j JVM)."""
-    try:
-        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    except Exception:  # Spark Connect sessions have no SparkContext
-        return False
+    jvm = _driver_jvm(spark)
     if jvm is None:
         return False
     try:
@@ -174,10 +179,7 @@ def silence_query_failure_logs(spark: SparkSession) -> None:
 
     A no-op without a py4j JVM (Spark Connect). Not used on Databricks, whose driver logs are
     where users look for those traces."""
-    try:
-        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
-    except Exception:  # Spark Connect sessions have no SparkContext
-        return
+    jvm = _driver_jvm(spark)
     if jvm is None:
         return
     log4j = jvm.org.apache.logging.log4j
