@@ -49,14 +49,8 @@ def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
     )
 
 
-def convert_batch(bronze_batch: DataFrame, settings: CpsSinkSettings) -> tuple[DataFrame, DataFrame]:
-    """One bronze micro-batch → (outbox rows, dead-letter rows). Pure DataFrame transformation,
-    so tests call it directly on a local session."""
-    return split_converted(to_outbox(bronze_batch, settings))
-
-
 def split_converted(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``to_outbox`` rows → (outbox rows, dead-letter rows)."""
+    """``to_outbox`` rows of a bronze micro-batch → (outbox rows, dead-letter rows)."""
     good = (converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull())
             .select(*[f.name for f in PUBSUB_OUTBOX.fields]))
     bad = converted.filter(F.col("error_class").isNotNull()).select(

@@ -249,16 +249,9 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> PullLoop:
 # --------------------------------------------------------------------------------------------
 
 
-def convert_batch(bronze_batch: DataFrame, already_seen: DataFrame, settings: CpsSourceSettings,
-                  start_counter: int) -> tuple[DataFrame, DataFrame]:
-    """Bronze rows → (outbox rows, dead-letter rows), dropping message ids in ``already_seen``
-    (a one-column DataFrame of ids the outbox/DLQ already hold)."""
-    fresh = bronze_batch.join(already_seen, "message_id", "left_anti")
-    return split_converted(fresh, to_kafka_outbox(fresh, settings, start_counter))
-
-
 def split_converted(fresh: DataFrame, converted: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``to_kafka_outbox`` rows of the ``fresh`` bronze rows → (outbox rows, dead-letter rows)."""
+    """``to_kafka_outbox`` rows of the ``fresh`` bronze rows (those whose message id the outbox
+    and DLQ do not hold yet) → (outbox rows, dead-letter rows)."""
     publish_times = fresh.groupBy("message_id").agg(F.min("publish_time").alias("publish_time"))
     good = (converted.filter(F.col("error_class").isNull())
             .join(publish_times, "message_id")
