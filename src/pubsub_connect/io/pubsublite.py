@@ -408,7 +408,7 @@ def batch_offsets(response: Any, count: int) -> list[int]:
 
 class _OrderedPublishStream:
     """One partition's ``Publish`` stream, on the client's event loop: batches go out in the
-    order :meth:`send` is called, and each response settles the oldest unanswered batch (the
+    order :meth:`publish` is called, and each response settles the oldest unanswered batch (the
     service answers a partition's stream in order).
 
     Why not the official single-partition publisher: in client 1.13 it hands each flushed batch
@@ -430,7 +430,7 @@ class _OrderedPublishStream:
         self._requests: asyncio.Queue[Any] = asyncio.Queue()
         self._waiting: collections.deque[tuple[int, asyncio.Future[list[int]]]] = collections.deque()
         self._reader: asyncio.Future[None] | None = None
-        self._error: BaseException | None = None
+        self._error: Exception | None = None
         self._closing = False
 
     async def open(self) -> None:
@@ -468,11 +468,11 @@ class _OrderedPublishStream:
             if not self._closing:
                 raise FailedPrecondition("the service closed the publish stream")
         except BaseException as exc:  # CancelledError too: whoever waits must hear of it
-            self._error = exc
+            self._error = exc if isinstance(exc, Exception) else RuntimeError("the publish stream was closed")
             while self._waiting:
                 _, future = self._waiting.popleft()
                 if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else RuntimeError("publish stream closed"))
+                    future.set_exception(self._error)
             if not isinstance(exc, Exception):
                 raise
 
