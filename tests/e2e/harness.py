@@ -28,11 +28,12 @@ def source_config(name: str, subscription: str, kafka_topic: str, **extra: str) 
         **extra}, f"<{name}>")
 
 
-def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, **worker: str) -> PipelineContext:
+def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, *, once: bool = True,
+            **worker: str) -> PipelineContext:
     worker_config = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(root), **worker})
     caps = capabilities(spark)
     sink = lines.append if lines is not None else (lambda _line: None)
-    return PipelineContext(spark, worker_config, caps, table_store(spark, str(root), caps), once=True, progress=sink)
+    return PipelineContext(spark, worker_config, caps, table_store(spark, str(root), caps), once=once, progress=sink)
 
 
 def run_once(spark, bootstrap: str, root: Path, connector: cfg.ConnectorConfig, lines: list[str] | None = None,

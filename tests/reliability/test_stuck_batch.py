@@ -17,9 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from e2e.harness import context, sink_config
 from pubsub_connect import config as cfg
-from pubsub_connect.io.spark import capabilities
-from pubsub_connect.io.tables import table_store
 from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, run_stages
 
 pytestmark = pytest.mark.slow
@@ -38,17 +37,13 @@ def wedged(ctx: PipelineContext, config: cfg.ConnectorConfig):  # type: ignore[n
 
 
 def test_a_wedged_micro_batch_is_stopped_restarted_and_finally_reported(spark, tmp_path: Path) -> None:
-    run = cfg.load_raw({"name": "w", "connector.class": "cps-sink", "topics": "x", "cps.project": "p",
-                        "cps.topic": "t"},
-                       {"storage.root": str(tmp_path), "pipeline.batch.timeout.ms": "4000",
-                        "pipeline.restart.timeout.ms": "10000"})
-    caps = capabilities(spark)
     lines: list[str] = []
-    ctx = PipelineContext(spark, run.worker, caps, table_store(spark, str(tmp_path), caps), once=False,
-                          progress=lines.append)
+    # no Kafka is contacted: the stage reads Spark's rate source
+    ctx = context(spark, "127.0.0.1:9", tmp_path, lines, once=False,
+                  **{"pipeline.batch.timeout.ms": "4000", "pipeline.restart.timeout.ms": "10000"})
     started = time.monotonic()
     with pytest.raises(ConnectorError) as err:
-        run_stages(ctx, run.connectors[0], [Stage("wedged", wedged)], threading.Event())
+        run_stages(ctx, sink_config("w", "x", "t"), [Stage("wedged", wedged)], threading.Event())
     elapsed = time.monotonic() - started
 
     stuck = "a micro-batch ran longer than pipeline.batch.timeout.ms=4000; stopped"
