@@ -110,3 +110,17 @@ def write_results(name: str, results: dict[str, Any]) -> Path:
 def table(rows: list[tuple[str, str]]) -> str:
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows)
+
+
+def timed_stages(ctx: Any, connector: Any, stages: Any) -> tuple[float, dict[str, float]]:
+    """Run a connector's stages one after the other to completion (``--once``), as ``run --once``
+    does; returns the total seconds and the seconds per stage."""
+    from pubsub_connect.pipelines.base import run_stages
+
+    per_stage: dict[str, float] = {}
+    started = time.perf_counter()
+    for stage in stages:
+        t = time.perf_counter()
+        run_stages(ctx, connector, [stage])
+        per_stage[stage.name] = time.perf_counter() - t
+    return time.perf_counter() - started, per_stage

@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import bare_consume, bare_publish, produce, table, write_results
+from _common import bare_consume, bare_publish, produce, table, timed_stages, write_results
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
-from pubsub_connect.pipelines.base import run_stages
 from pubsub_connect.pipelines.cps_sink import STAGES
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -54,13 +53,7 @@ def main() -> None:
             t0 = time.perf_counter()
             ctx = build_context(run.worker, once=True, progress=lambda _line: None)
             session_s = time.perf_counter() - t0
-            stage_times: dict[str, float] = {}
-            started = time.perf_counter()
-            for stage in STAGES:
-                t = time.perf_counter()
-                run_stages(ctx, run.connectors[0], [stage])
-                stage_times[stage.name] = time.perf_counter() - t
-            e2e_s = time.perf_counter() - started
+            e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
             ctx.spark.stop()
 
     rate = {"bare consume": n / consume_s, "bare publish": n / publish_s, "connector end-to-end": n / e2e_s}

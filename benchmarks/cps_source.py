@@ -17,12 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from _common import payload, table, write_results
+from _common import payload, table, timed_stages, write_results
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.pipelines.base import run_stages
 from pubsub_connect.pipelines.cps_source import STAGES
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -107,13 +106,7 @@ def main() -> None:
                 {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
                  "pipeline.max.records.per.batch": str(min(n, 20_000))})
             ctx = build_context(run.worker, once=True, progress=lambda _line: None)
-            stage_times: dict[str, float] = {}
-            started = time.perf_counter()
-            for stage in STAGES:
-                t = time.perf_counter()
-                run_stages(ctx, run.connectors[0], [stage])
-                stage_times[stage.name] = time.perf_counter() - t
-            e2e_s = time.perf_counter() - started
+            e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
             produced = ctx.store.row_count(TableRef("outbox", "bench"))
             ctx.spark.stop()
 

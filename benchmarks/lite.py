@@ -31,12 +31,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bare_consume, payload, produce, table, write_results
+from _common import bare_consume, payload, produce, table, timed_stages, write_results
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
 from pubsub_connect.pipelines import lite_sink, lite_source
-from pubsub_connect.pipelines.base import run_stages
 from pubsub_connect.pipelines.runtime import build_context
 
 PROJECT = "bench-project"
@@ -167,17 +166,6 @@ def kafka_committed_count(bootstrap: str, topic: str, partitions: int, expect: i
             quiet_since = time.monotonic()
     consumer.close()
     return seen
-
-
-def timed_stages(ctx: Any, connector: cfg.ConnectorConfig, stages: Any) -> tuple[float, dict[str, float]]:
-    """Run each stage with ``--once`` semantics; returns total seconds and seconds per stage."""
-    per_stage: dict[str, float] = {}
-    started = time.perf_counter()
-    for stage in stages:
-        t = time.perf_counter()
-        run_stages(ctx, connector, [stage])
-        per_stage[stage.name] = time.perf_counter() - t
-    return time.perf_counter() - started, per_stage
 
 
 def main() -> None:

@@ -25,14 +25,13 @@ import re
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from _common import produce, table, write_results
+from _common import produce, table, timed_stages, write_results
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
-from pubsub_connect.pipelines.base import PipelineContext, run_stages
+from pubsub_connect.pipelines.base import PipelineContext
 from pubsub_connect.pipelines.cps_sink import STAGES
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -50,14 +49,9 @@ def run_connector(ctx: PipelineContext, lines: list[str], name: str, topic: str,
     connector = cfg.validate_connector(
         {"name": name, "connector.class": "cps-sink", "topics": topic, "cps.project": PROJECT, "cps.topic": name,
          "cps.useEmulator": "true", "tasks.max": str(tasks), "orderingKeySource": ordering}, f"<{name}>")
-    timings: dict[str, float] = {}
     del lines[:]
-    started = time.perf_counter()
-    for stage in STAGES:
-        t = time.perf_counter()
-        run_stages(ctx, connector, [stage])
-        timings[stage.name] = time.perf_counter() - t
-    timings["end_to_end"] = time.perf_counter() - started
+    end_to_end, timings = timed_stages(ctx, connector, STAGES)
+    timings["end_to_end"] = end_to_end
     timings["published"] = float(sum(int(m.group(1)) for line in lines if f"[{name}.publish]" in line
                                      for m in [_RECORDS.search(line)] if m))
     return timings
