@@ -100,6 +100,24 @@ def bare_publish(project: str, topic: str, count: int, size: int, max_messages: 
     return elapsed
 
 
+#: Worker keys of the two engines: Spark's Kafka connector with Delta Lake (what Databricks runs,
+#: the default) and the stand-ins for machines without an artifact repository.
+ENGINES: dict[str, dict[str, str]] = {
+    "native": {},
+    "fallback": {"pipeline.kafka.implementation": "python", "pipeline.tables.implementation": "delta-rs"},
+}
+
+
+def add_engine_argument(parser: Any) -> None:
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="native",
+                        help="native: Spark's Kafka connector + Delta Lake; fallback: Python Kafka source + delta-rs")
+
+
+def results_name(benchmark: str, engine: str) -> str:
+    """Result file name: the native engine keeps the plain name that ``run_all`` reads."""
+    return benchmark if engine == "native" else f"{benchmark}-{engine}"
+
+
 def write_results(name: str, results: dict[str, Any]) -> Path:
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.json"

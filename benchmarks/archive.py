@@ -9,8 +9,10 @@ and data: (1) a bare confluent-kafka consumer reading them, (2) a bare writer: t
 payloads as newline-terminated lines through plain ``zlib`` (gzip wrapper, level 6 — the
 archive's level) into a local file, (3) the connector (Kafka → Block-GZIP ``.gz`` +
 ``.index.json`` objects, ``--once``, Spark session already up). The ratio compares (3) with the
-slower of (1) and (2), which bounds what any Kafka → gzip archiver can reach here: the archive
-compresses on one driver core, so (2) is usually the limit.
+slower of (1) and (2), which bounds what one Kafka → gzip stream can reach here; the archive
+compresses in executor tasks, one per topic-partition, so with several partitions and cores it
+can pass (2). ``--batch`` makes files span micro-batches: a file is then compressed in the batch
+that completes it, after reading its first records again from Kafka.
 
 After the run the archive is read back (every file's index, and every block decompressed with
 the project's reader) and must hold exactly the N records, once each; otherwise the script fails.

@@ -16,7 +16,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import bare_consume, bare_publish, produce, table, timed_stages, write_results
+from _common import (
+    ENGINES,
+    add_engine_argument,
+    bare_consume,
+    bare_publish,
+    produce,
+    results_name,
+    table,
+    timed_stages,
+    write_results,
+)
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
@@ -31,6 +41,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--tasks", type=int, default=2)
+    add_engine_argument(parser)
     args = parser.parse_args()
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-cps-sink-"))
@@ -48,7 +59,7 @@ def main() -> None:
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-sink", "topics": "bench", "cps.project": PROJECT,
                  "cps.topic": "sink", "cps.useEmulator": "true", "tasks.max": str(args.tasks)},
-                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                  "pipeline.max.records.per.batch": str(n)})
             t0 = time.perf_counter()
             ctx = build_context(run.worker, once=True, progress=lambda _line: None)
@@ -65,12 +76,14 @@ def main() -> None:
         ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
         ("bare publish (official client)", f"{rate['bare publish']:,.0f} msg/s"),
         ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {mb / e2e_s:,.1f} MB/s"),
-        *[(f"  stage {name}", f"{secs:,.1f} s") for name, secs in stage_times.items()],
+        ("engine", args.engine),
+        *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in stage_times.items()],
         ("spark session start (excluded)", f"{session_s:,.1f} s"),
         ("ratio to the slower bare client", f"{rate['connector end-to-end'] / limit:.2f}"),
     ]
     print(table(rows))
-    path = write_results("cps_sink", {"records": n, "size": args.size, "rates_msgs_per_s": rate,
+    path = write_results(results_name("cps_sink", args.engine), {
+        "engine": args.engine, "records": n, "size": args.size, "rates_msgs_per_s": rate,
                                       "stage_seconds": stage_times, "ratio": rate["connector end-to-end"] / limit})
     print(f"\nresults: {path}")
 

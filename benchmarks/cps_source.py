@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from _common import payload, table, timed_stages, write_results
+from _common import ENGINES, add_engine_argument, payload, results_name, table, timed_stages, write_results
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
@@ -75,6 +75,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--size", type=int, default=1024)
+    add_engine_argument(parser)
     args = parser.parse_args()
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-cps-source-"))
@@ -103,7 +104,7 @@ def main() -> None:
                  "cps.streamingPull.enabled": "true", "kafka.partition.count": "3",
                  "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
                  "kafka.record.headers": "true"},
-                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                  "pipeline.max.records.per.batch": str(min(n, 20_000))})
             ctx = build_context(run.worker, once=True, progress=lambda _line: None)
             e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
@@ -117,11 +118,13 @@ def main() -> None:
         ("bare streaming pull + ack", f"{rate['bare streaming pull']:,.0f} msg/s"),
         ("bare idempotent produce", f"{rate['bare produce']:,.0f} msg/s"),
         ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s ({produced:,} records)"),
-        *[(f"  stage {name}", f"{secs:,.1f} s") for name, secs in stage_times.items()],
+        ("engine", args.engine),
+        *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in stage_times.items()],
         ("ratio to the slower bare client", f"{rate['connector end-to-end'] / limit:.2f}"),
     ]
     print(table(rows))
-    path = write_results("cps_source", {"records": n, "rates_msgs_per_s": rate, "stage_seconds": stage_times,
+    path = write_results(results_name("cps_source", args.engine), {
+        "engine": args.engine, "records": n, "rates_msgs_per_s": rate, "stage_seconds": stage_times,
                                         "ratio": rate["connector end-to-end"] / limit})
     print(f"\nresults: {path}")
 

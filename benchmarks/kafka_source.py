@@ -12,7 +12,7 @@ plainest way to read the same records in Python?
   sink, i.e. every column is produced and handed to the JVM, nothing is stored. The Spark
   session is started and warmed up before timing; the time covers planning + all tasks.
 
-Both sides read the same topic on a broker this script starts itself (tansu via
+Both sides read the same topic on a broker this script starts itself (Apache Kafka via
 ``pubsub_connect.io.services``), alternately for several rounds so that machine load hits both
 alike; the figure is the ratio of the medians (target ≥ 0.7). The Spark side runs
 ``local[2]`` (two tasks at a time) — that is how the reader is used, and part of what is measured.

@@ -31,7 +31,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import bare_consume, payload, produce, table, timed_stages, write_results
+from _common import (
+    ENGINES,
+    add_engine_argument,
+    bare_consume,
+    payload,
+    produce,
+    results_name,
+    table,
+    timed_stages,
+    write_results,
+)
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
@@ -174,6 +184,7 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=2)
+    add_engine_argument(parser)
     args = parser.parse_args()
     n, parts = args.records, args.partitions
     root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
@@ -194,7 +205,7 @@ def main() -> None:
             kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
             lite_keys = {"pubsublite.project": PROJECT, "pubsublite.location": ZONE,
                          "pubsublite.endpoint": server.endpoint, "tasks.max": str(args.tasks)}
-            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                       "pipeline.max.records.per.batch": str(n)}
             sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
                                  "topics": "bench", "pubsublite.topic": "sink", **lite_keys}, worker)
@@ -239,7 +250,8 @@ def main() -> None:
         ("spark session start (excluded)", f"{session_s:,.1f} s"),
     ]
     print(table(rows))
-    path = write_results("lite", {"records": n, "size": args.size, "partitions": parts, "rates_msgs_per_s": rate,
+    path = write_results(results_name("lite", args.engine), {
+        "engine": args.engine, "records": n, "size": args.size, "partitions": parts, "rates_msgs_per_s": rate,
                                   "sink_stage_seconds": sink_stages, "source_stage_seconds": source_stages,
                                   "sink_ratio": sink_ratio, "source_ratio": source_ratio})
     print(f"\nresults: {path}")

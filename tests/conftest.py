@@ -26,7 +26,7 @@ def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_service(services_dir: Path) -> Iterator[svc.RunningService]:
-    """A real Kafka broker (tansu, in-memory storage) on loopback."""
+    """A real Apache Kafka broker (single-node KRaft, from Maven Central) on loopback."""
     service = svc.start_kafka(services_dir / "kafka")
     yield service
     svc.stop_pid(service.pid)
@@ -81,5 +81,5 @@ def spark():
 
 @pytest.fixture
 def unique_name() -> str:
-    """A fresh topic/table name: tansu keeps every message in memory, so tests never share topics."""
+    """A fresh topic/table name: tests share one broker and never share topics."""
     return f"t{uuid.uuid4().hex[:10]}"

@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     quick.add_argument("--storage-root", default=None, help="where tables and checkpoints go (default: temp)")
     quick.add_argument("--records", type=int, default=1000, help="how many sample records to produce")
 
+    jars = sub.add_parser("jars", help="fetch the JVM artifacts (Spark's Kafka connector, Delta Lake, the local "
+                                       "Kafka broker) into the cache, for offline use later")
+    jars.add_argument("--offline", action="store_true", help="only check the cache; download nothing")
+
     archive = sub.add_parser("archive", help="tools for Block-GZIP archives")
     archive_sub = archive.add_subparsers(dest="archive_command", required=True)
     read = archive_sub.add_parser("read", help="print the records at an offset using the index")
@@ -186,6 +190,17 @@ def _print_services(running: dict[str, svc.RunningService]) -> None:
         print(f"{name:7s} pid={service.pid:<7d} {detail}")
 
 
+def cmd_jars(args: argparse.Namespace) -> int:
+    from pubsub_connect.io import artifacts
+    from pubsub_connect.io.spark import spark_connectors
+
+    for artifact_set in (spark_connectors(), *svc.JVM_ARTIFACTS):
+        jars = artifacts.resolve(artifact_set, offline=args.offline)
+        print(f"{artifact_set.name}: {len(jars)} jars ({', '.join(str(c) for c in artifact_set.coordinates)})")
+    print(f"cache: {artifacts.cache_dir()}")
+    return 0
+
+
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from pubsub_connect.quickstart import run_quickstart
 
@@ -210,17 +225,20 @@ COMMANDS = {
     "run": cmd_run,
     "services": cmd_services,
     "quickstart": cmd_quickstart,
+    "jars": cmd_jars,
     "archive": cmd_archive,
 }
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from pubsub_connect.io.artifacts import ArtifactError
     from pubsub_connect.io.pubsub import PubSubIOError
     from pubsub_connect.model.connect import DataError
     from pubsub_connect.pipelines.base import ConnectorError
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
-    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError)
+    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError,
+            ArtifactError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

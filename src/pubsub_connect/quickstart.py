@@ -42,11 +42,15 @@ def sample_records(count: int) -> list[tuple[bytes | None, bytes, list[tuple[str
 
 
 def _produce(bootstrap: str, count: int) -> None:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the future resolves
-    admin.create_topics([NewTopic(KAFKA_TOPIC, 3)])[KAFKA_TOPIC].result(30)
+    try:
+        admin.create_topics([NewTopic(KAFKA_TOPIC, 3)])[KAFKA_TOPIC].result(30)
+    except KafkaException as exc:  # a second quickstart on the same storage root: the broker kept it
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for key, value, headers in sample_records(count):
         producer.produce(KAFKA_TOPIC, value=value, key=key, headers=headers)

@@ -12,6 +12,13 @@ from pubsub_connect.pipelines.runtime import stages_for
 
 PROJECT = "test-project"
 
+#: Worker keys of the two engines: Spark's own Kafka connector and Delta Lake (the default, what
+#: Databricks runs), and the stand-ins for machines without an artifact repository.
+ENGINES: dict[str, dict[str, str]] = {
+    "native": {},
+    "fallback": {"pipeline.kafka.implementation": "python", "pipeline.tables.implementation": "delta-rs"},
+}
+
 
 def sink_config(name: str, kafka_topic: str, pubsub_topic: str, **extra: str) -> cfg.ConnectorConfig:
     return cfg.validate_connector({
@@ -31,7 +38,8 @@ def source_config(name: str, subscription: str, kafka_topic: str, **extra: str) 
 def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, *, once: bool = True,
             **worker: str) -> PipelineContext:
     worker_config = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(root), **worker})
-    caps = capabilities(spark)
+    caps = capabilities(spark, worker_config.get("pipeline.kafka.implementation"),
+                        worker_config.get("pipeline.tables.implementation"))
     sink = lines.append if lines is not None else (lambda _line: None)
     return PipelineContext(spark, worker_config, caps, table_store(spark, str(root), caps), once=once, progress=sink)
 

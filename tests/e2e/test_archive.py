@@ -1,10 +1,12 @@
 """The archive connector end to end.
 
-Fast tests drive the connector's writer directly (no Spark): deterministic cuts, rotation rules,
-crash + resume from the store, index-before-data ordering, ``archive read`` range requests.
-Slow tests run the real connector (config files → runtime → Spark → Kafka source) in a
-subprocess against a real Kafka broker (tansu) and a real S3 API (moto) or a local directory:
-kill -9 mid-file then restart, and a pattern subscription that gains a topic.
+Fast tests drive the connector's driver side and its executor callable in this process (no
+Spark): deterministic cuts whatever the micro-batches, rotation rules, crash + resume from the
+store, index-before-data ordering, ``archive read`` range requests. Slow tests run the real
+thing against a real Kafka broker and a real S3 API (moto) or a local directory: micro-batches
+archived in executor tasks with no record on the driver, the connector (config files → runtime →
+Spark → Kafka source) in a subprocess killed with -9 mid-file then restarted, and a pattern
+subscription that gains a topic.
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ from pubsub_connect.pipelines.base import ConnectorError
 
 DAY_MS = 86_400_000
 T0 = 1_456_272_000_000  # 2016-02-24T00:00:00Z
+#: Topic config for records stamped in 2016 (date folders come from record time): a broker with
+#: Kafka's default retention.ms (7 days) would delete them within seconds.
+KEEP = {"retention.ms": "-1"}
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -58,6 +63,55 @@ def _table(records: list[tuple[str, int, int, int, bytes | None]]) -> pa.Table:
 
 def _settings(buffer: Path, prefix: str = "arch/", **policy: int) -> arch.ArchiveSettings:
     return arch.ArchiveSettings(prefix, bg.RotationPolicy(**policy), buffer)
+
+
+Record = tuple[str, int, int, int, bytes | None]  # topic, partition, offset, timestamp ms, value
+
+
+class ListSource:
+    """Stands in for Kafka when a task reads the first records of a file again: the records a
+    test "produced", and a log of the ranges read."""
+
+    def __init__(self, records: list[Record]):
+        self.records = sorted(records, key=lambda r: (r[0], r[1], r[2]))
+        self.reads: list[tuple[str, int, int, int]] = []
+
+    def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[arch.Records]:
+        self.reads.append((topic, partition, start, end))
+        rows = [r for r in self.records if (r[0], r[1]) == (topic, partition) and start <= r[2] < end]
+        yield arch.Records([r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows])
+
+
+class Run:
+    """One run of the connector without Spark: the driver's coordinator, and each micro-batch
+    handed to the executor callable in this process the way Spark hands it over (grouped by
+    topic-partition, sorted by offset, in Arrow batches of ``arrow_rows`` rows)."""
+
+    def __init__(self, store: ostore.ObjectStore, settings: arch.ArchiveSettings, source: ListSource,
+                 resume: dict[tuple[str, int], int] | None = None, arrow_rows: int = 10_000):
+        self.coordinator = arch.ArchiveCoordinator(store, settings, "arch-test", source, resume or {})
+        self.arrow_rows = arrow_rows
+        self.reports: list[arch.PartitionReport] = []
+
+    def batch(self, records: list[Record]) -> list[arch.PartitionReport]:
+        return self._run(self.coordinator.task(), _table(sorted(records, key=lambda r: (r[0], r[1], r[2]))))
+
+    def finish(self) -> list[arch.PartitionReport]:
+        """The end of a ``--once`` run: the open files are written."""
+        names = sorted(self.coordinator.open_files())
+        table = pa.table({"topic": pa.array([t for t, _ in names], pa.string()),
+                          "partition": pa.array([p for _, p in names], pa.int32())})
+        return self._run(self.coordinator.task(final=True), table)
+
+    def _run(self, task: arch.ArchiveTask, table: pa.Table) -> list[arch.PartitionReport]:
+        self.coordinator.in_flight = True
+        rows = [row for out in task(iter(table.to_batches(max_chunksize=self.arrow_rows))) for row in out.to_pylist()]
+        reports = self.coordinator.apply(rows)
+        self.reports.extend(reports)
+        return reports
+
+    def files(self) -> list[arch.CommittedFile]:
+        return [f for report in self.reports for f in report.files]
 
 
 def _snapshot(store: ostore.ObjectStore, prefix: str = "") -> dict[str, bytes]:
@@ -105,41 +159,48 @@ def test_file_cuts_do_not_depend_on_micro_batches(tmp_path: Path) -> None:
     records = _stream(3, 400)
     policy = {"block_size": 300, "chunks_per_file": 4, "flush_size": 150, "rotate_interval_ms": 120_000}
 
-    def run(name: str, batches: list[list[Any]]) -> dict[str, bytes]:
+    def run(name: str, batches: list[list[Record]], arrow_rows: int) -> tuple[dict[str, bytes], Run, ListSource]:
         store = ostore.LocalStore(tmp_path / name / "out")
         (tmp_path / name / "buf").mkdir(parents=True)
-        writer = arch.ArchiveWriter(store, _settings(tmp_path / name / "buf", **policy), tmp_path / name / "buf", {})
+        source = ListSource(records)
+        connector = Run(store, _settings(tmp_path / name / "buf", **policy), source, arrow_rows=arrow_rows)
         for batch in batches:
-            writer.write_arrow(_table(batch))
-        writer.close_all()
-        return _snapshot(store)
+            connector.batch(batch)
+        connector.finish()
+        return _snapshot(store), connector, source
 
-    whole = run("whole", [records])
+    whole, _, _ = run("whole", [records], 10_000)
     rng = random.Random(3)
-    shuffled = records[:]
-    rng.shuffle(shuffled)  # the stage sorts each batch; batches split anywhere
     pieces, position = [], 0
-    ordered = sorted(shuffled, key=lambda r: (r[2], r[1]))  # interleave partitions, offsets ascending
+    ordered = sorted(records, key=lambda r: (r[2], r[1]))  # interleave partitions, offsets ascending
     while position < len(ordered):
         step = rng.randrange(1, 90)
         pieces.append(ordered[position:position + step])
         position += step
-    assert run("pieces", pieces) == whole
+    in_pieces, connector, source = run("pieces", pieces, 7)  # tiny Arrow batches: runs cross them
+    assert in_pieces == whole
     assert len(whole) == 2 * 27  # .gz + .index.json; mostly cut by chunks.per.file here
     assert _archived_records(ostore.LocalStore(tmp_path / "whole" / "out"), "arch/") == {
         ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
+    # Every file was compressed once, in the batch that completed it; what earlier batches had
+    # seen of it was read again once, from its first offset: no range twice.
+    files = connector.files()
+    assert sorted(f.key for f in files) == sorted(k for k in whole if k.endswith(".gz"))
+    starts = {(f.topic, f.partition, f.first_offset) for f in files}
+    assert source.reads and len(set(source.reads)) == len(source.reads)
+    assert all((t, p, start) in starts for t, p, start, _ in source.reads)
 
 
 def test_rotation_rules_give_exact_files(tmp_path: Path) -> None:
-    store = ostore.LocalStore(tmp_path / "out")
-    writer = arch.ArchiveWriter(store, _settings(tmp_path, block_size=22, chunks_per_file=2, flush_size=5,
-                                                 rotate_interval_ms=10_000), tmp_path, {})
     # 11-byte lines; 22-byte blocks → 2 records per block; 2 blocks per file → 4 records per file,
     # unless flush.size (5) or record time (10 s) cuts first.
     ts = [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5, T0 + 6, T0 + 20_000, T0 + 20_001, DAY_MS + T0]
     records = [("t", 0, 100 + i, ts[i], b"v%09d" % i) for i in range(10)]
-    writer.write_arrow(_table(records))
-    writer.close_all()
+    store = ostore.LocalStore(tmp_path / "out")
+    connector = Run(store, _settings(tmp_path, block_size=22, chunks_per_file=2, flush_size=5,
+                                     rotate_interval_ms=10_000), ListSource(records))
+    connector.batch(records)
+    connector.finish()
     got = {k: (bg.parse_index(store.read(bg.index_key(k)))) for k in (o.key for o in store.list()) if k.endswith(".gz")}
     assert {k: [(c.first_record_offset, c.num_records) for c in v] for k, v in got.items()} == {
         # blocks per file reached after 4 records
@@ -147,14 +208,15 @@ def test_rotation_rules_give_exact_files(tmp_path: Path) -> None:
         # 3 records, then the record 20 s later starts a new file (rotate.interval.ms)
         "arch/2016-02-24/t-00000-000000000104.gz": [(104, 2), (106, 1)],
         "arch/2016-02-24/t-00000-000000000107.gz": [(107, 2)],
-        # the next day's record starts a file in the next day's folder; it is the tail (close_all)
+        # the next day's record starts a file in the next day's folder; it is the tail (finish)
         "arch/2016-02-25/t-00000-000000000109.gz": [(109, 1)],
     }
-    writer2 = arch.ArchiveWriter(ostore.LocalStore(tmp_path / "out2"),
-                                 _settings(tmp_path, block_size=1000, chunks_per_file=16, flush_size=3), tmp_path, {})
-    writer2.write_arrow(_table(records))
-    writer2.close_all()
-    assert [o.key.rsplit("-", 1)[1] for o in writer2.store.list() if o.key.endswith(".gz")] == [
+    store2 = ostore.LocalStore(tmp_path / "out2")
+    connector2 = Run(store2, _settings(tmp_path, block_size=1000, chunks_per_file=16, flush_size=3),
+                     ListSource(records))
+    connector2.batch(records)
+    connector2.finish()
+    assert [o.key.rsplit("-", 1)[1] for o in store2.list() if o.key.endswith(".gz")] == [
         "000000000100.gz", "000000000103.gz", "000000000106.gz", "000000000109.gz"]
 
 
@@ -180,28 +242,30 @@ def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_
     with svc.environment({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                           "AWS_DEFAULT_REGION": "us-east-1"}):
         reference = make_store("reference")
-        writer = arch.ArchiveWriter(reference, _settings(buffer, **policy), buffer, {})
-        writer.write_arrow(_table(records))
-        writer.close_all()
+        uninterrupted = Run(reference, _settings(buffer, **policy), ListSource(records))
+        uninterrupted.batch(records)
+        uninterrupted.finish()
         expected = _snapshot(reference, "arch/")
 
         crashed = make_store("crashed")
-        first_run = arch.ArchiveWriter(crashed, _settings(buffer, **policy), buffer, {})
-        first_run.write_arrow(_table([r for r in records if r[2] < 333]))
-        open_files = {tp: p.file.key for tp, p in first_run.partitions.items() if p.file is not None}
+        first_run = Run(crashed, _settings(buffer, **policy), ListSource(records))
+        first_run.batch([r for r in records if r[2] < 200])
+        first_run.batch([r for r in records if 200 <= r[2] < 333])
+        open_files = first_run.coordinator.open_files()
         assert len(open_files) == 3  # every partition has a file in progress
-        first_run.discard()  # the process dies: staged blocks are lost, nothing else happens
+        # The process dies here: the open files were never written anywhere.
         visible = _snapshot(crashed, "arch/")
-        assert not any(key in visible for key in open_files.values())
+        assert not any(f"-{f.first_offset:012d}." in key for f in open_files.values() for key in visible)
         assert set(visible) < set(expected) and all(visible[k] == expected[k] for k in visible)
+        assert not list((buffer / "arch-test").iterdir()), "each task removes its staging directory"
 
         resume = arch.resume_offsets(crashed, "arch/")
-        assert resume == {("topic-a", p): int(open_files[("topic-a", p)].rsplit("-", 1)[1][:-3]) for p in range(3)}
-        second_run = arch.ArchiveWriter(crashed, _settings(buffer, **policy), buffer, resume)
+        assert resume == {tp: f.first_offset for tp, f in open_files.items()}
+        second_run = Run(crashed, _settings(buffer, **policy), ListSource(records), resume)
         # Kafka delivers from the resume offsets; an earlier replayed record would be skipped too.
-        second_run.write_arrow(_table([r for r in records if r[2] >= resume[(r[0], r[1])] - 5]))
-        second_run.close_all()
-        assert sum(p.skipped for p in second_run.partitions.values()) == 15
+        second_run.batch([r for r in records if r[2] >= resume[(r[0], r[1])] - 5])
+        second_run.finish()
+        assert sum(report.skipped for report in second_run.reports) == 15
         assert _snapshot(crashed, "arch/") == expected
         archived = _archived_records(crashed, "arch/")
         assert archived == {("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
@@ -220,8 +284,8 @@ def test_index_is_written_before_the_data_and_leftover_indexes_are_ignored(tmp_p
             super().put_file(key, path)
 
     store = Spy(tmp_path / "out")
-    writer = arch.ArchiveWriter(store, _settings(tmp_path, flush_size=2), tmp_path, {})
-    writer.write_arrow(_table([("t", 0, o, T0, b"v") for o in range(3)]))
+    records = [("t", 0, o, T0, b"v") for o in range(3)]
+    Run(store, _settings(tmp_path, flush_size=2), ListSource(records)).batch(records)
     assert calls == ["arch/2016-02-24/t-00000-000000000000.index.json", "arch/2016-02-24/t-00000-000000000000.gz"]
     # a crash after the index of the next file: it is not a file yet, the resume point stays at 2
     store.put_bytes("arch/2016-02-24/t-00000-000000000002.index.json", bg.render_index([bg.Chunk(2, 1, 20, 0, 2)]))
@@ -417,22 +481,103 @@ def _wait_for(predicate: Any, timeout_s: float, connector: Connector, what: str)
 
 
 @pytest.mark.slow
+def test_every_known_partition_gets_a_task_of_its_own(spark: Any) -> None:
+    """Hash partitioning would put some topic-partitions together (compressed one after the other)
+    and leave tasks idle; the archive maps each known one onto its own task, with Spark's own hash."""
+    from pyspark.sql import functions as F
+
+    ints = [*range(-50, 300), 2**31 - 1, -(2**31)]
+    hashed = spark.createDataFrame([(i,) for i in ints], "i int").select("i", F.hash("i")).collect()
+    assert {row[0]: row[1] for row in hashed} == {i: arch._murmur3_int(i) for i in ints}
+
+    known = [("a", p) for p in range(7)] + [("b-1", 0), ("b-1", 1)]
+    rows = [(t, p, o) for t, p in known for o in range(5)] + [("appeared-later", 0, 0)]
+    frame = spark.createDataFrame(rows, "topic string, partition int, offset long")
+    placed = (arch.spread_partitions(frame, {tp: slot for slot, tp in enumerate(known)})
+              .select(F.spark_partition_id().alias("task"), "topic", "partition").distinct().collect())
+    tasks = {(r.topic, r.partition): r.task for r in placed}
+    assert {tp: tasks[tp] for tp in known} == {tp: slot for slot, tp in enumerate(known)}
+    assert ("appeared-later", 0) in tasks  # not in the map: hashed into one task like before
+
+
+@pytest.mark.slow
+def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
+        tmp_path: Path, kafka_bootstrap: str, unique_name: str, spark: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two micro-batches of Spark's Kafka source and the end-of-run flush, through the stage's own
+    functions on the shared test SparkSession. The driver never brings a row here: the only
+    DataFrame collected is the tasks' reports (every other way of fetching rows fails), and every
+    report — files compressed and uploaded, a file's beginning read again from Kafka — comes from
+    a Python worker, not from this process."""
+    from pubsub_connect.io.kafka_source import read_kafka
+
+    topic = unique_name
+    create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
+    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
+                                      for i, v in enumerate(_values(p, 0, 120))])
+    options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic}
+    store = ostore.LocalStore(tmp_path / "out")
+    buffer = tmp_path / "buffer"
+    buffer.mkdir()
+    # Files of 50 records: [0, 50) completes in batch 1, [50, 100) spans both batches, [100, 120)
+    # is the tail the flush writes.
+    coordinator = arch.ArchiveCoordinator(store, _settings(buffer, "", block_size=400, flush_size=50), "no-driver",
+                                          arch.KafkaRecordSource(arch.replay_options(options)), {},
+                                          [(topic, 0), (topic, 1)])
+
+    def micro_batch(start: int, end: int) -> Any:
+        """What the stream hands ``process``: Spark's Kafka source over an offset range."""
+        def per_partition(offset: int) -> str:
+            return json.dumps({topic: {"0": offset, "1": offset}})
+
+        return read_kafka(spark, {**options, "startingOffsets": per_partition(start),
+                                  "endingOffsets": per_partition(end)}, streaming=False)
+
+    frame_class = type(micro_batch(0, 1))
+    collected: list[list[str]] = []
+    real_collect = frame_class.collect
+
+    def collect(frame: Any) -> Any:
+        collected.append(list(frame.columns))
+        assert "value" not in frame.columns, "records collected to the driver"
+        return real_collect(frame)
+
+    def forbidden(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("rows fetched to the driver")
+
+    monkeypatch.setattr(frame_class, "collect", collect)
+    for name in ("toArrow", "toPandas", "toLocalIterator", "take", "head", "first", "tail", "toJSON"):
+        monkeypatch.setattr(frame_class, name, forbidden)
+
+    reports = [*arch.archive_frame(arch.select_archive_columns(micro_batch(0, 70)), coordinator),
+               *arch.archive_frame(arch.select_archive_columns(micro_batch(70, 120)), coordinator),
+               *arch.flush_open_files(spark, coordinator)]
+    monkeypatch.undo()
+
+    assert collected == [["topic", "partition", "files", "skipped", "state", "pid", "host"]] * 3
+    assert len(reports) == 6 and os.getpid() not in {r.pid for r in reports}
+    written = {(r.topic, r.partition, f.first_offset, f.end_offset, r.pid) for r in reports for f in r.files}
+    assert {w[:4] for w in written} == {(topic, p, o, min(o + 50, 120)) for p in range(2) for o in (0, 50, 100)}
+    assert _archived_records(store, "") == _topic_records(kafka_bootstrap, topic)
+    assert coordinator.open_files() == {} and not list((buffer / "no-driver").iterdir())
+
+
+@pytest.mark.slow
 def test_kill_9_mid_file_restart_and_new_topic_on_s3(
         tmp_path: Path, kafka_bootstrap: str, s3_endpoint: str, s3_service: svc.RunningService,
         unique_name: str, connectors: list[Connector], request: pytest.FixtureRequest,
         caplog: pytest.LogCaptureFixture) -> None:
     """The real connector in a subprocess, S3 target, pattern subscription.
 
-    Run 1 (continuous) is killed with SIGKILL while every partition has a file in progress;
-    nothing partial is visible. More records arrive and a second topic matching the pattern
-    appears — tansu cannot add partitions to a topic (CreatePartitions is broken), and for the
-    sink both cases are the same: new topic-partitions without files, which must start at their
-    earliest offset while known partitions resume after their last file. Run 2 (--once) then
+    Run 1 (continuous) is killed with SIGKILL while every partition has a file in progress (its
+    records read, not yet archived: the driver holds only their position); nothing partial is
+    visible. More records arrive and a second topic matching the pattern appears — for the sink
+    the same as partitions added to a topic: new topic-partitions without files, which must start
+    at their earliest offset while known partitions resume after their last file. Run 2 (--once) then
     leaves exactly the records of both topics in the bucket, each once (it runs in this process:
     the subprocess JVM is gone by then, so there is still one SparkSession at a time).
     """
     first, second = f"{unique_name}-a", f"{unique_name}-b"
-    create_topic(kafka_bootstrap, first, partitions=3)
+    create_topic(kafka_bootstrap, first, partitions=3, config=KEEP)
     _produce(kafka_bootstrap, first, [(p, v, T0 + i * 1000) for p in range(3)
                                       for i, v in enumerate(_values(p, 0, 360))])
     aws = {k: v for k, v in s3_service.env.items() if k != "AWS_ENDPOINT_URL_S3"}
@@ -453,20 +598,24 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
     staged = buffer / "archive-e2e"
 
     with svc.environment(aws):
-        # Run 1, continuous: kill -9 once 3 files per partition are committed and the 4th is
-        # being staged (continuous mode keeps tails open, so this state is stable, not a race).
+        # Run 1, continuous: kill -9 once 3 files per partition are committed and the driver
+        # reports the 4th open with the last 60 records of each partition (continuous mode keeps
+        # tails open, so this state is stable, not a race).
         connector.start("continuous")
+        tails = [f"{first}-{p}@300+60" for p in range(3)]
+
+        def open_files() -> list[str]:
+            reported = [line.rsplit("open files: ", 1)[1].strip()
+                        for line in connector.log.read_text(errors="replace").splitlines() if "open files: " in line]
+            return reported[-1].split(", ") if reported else []
 
         def mid_file() -> bool:
-            parts = list(staged.rglob("*.gz.part")) if staged.exists() else []
             committed = [o for o in store.list("kafka/") if o.key.endswith(".gz")]
-            return len(parts) == 3 and len(committed) == 9
+            return len(committed) == 9 and open_files() == tails
 
-        _wait_for(mid_file, 240, connector, "9 committed files and 3 staged tails")
-        in_progress = sorted(p.name for p in staged.rglob("*.gz.part"))
+        _wait_for(mid_file, 240, connector, "9 committed files and 3 open ones")
         connector.kill()
         assert connector.proc is not None and connector.proc.returncode == -signal.SIGKILL
-        assert in_progress == [f"{first}-{p:05d}-000000000300.gz.part" for p in range(3)]
         # Nothing partial is visible: every .gz is whole, indexed, contiguous from offset 0.
         after_kill = _archived_records(store, "kafka/")
         expected = _topic_records(kafka_bootstrap, first)
@@ -476,7 +625,7 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
         # While the connector is down: more records, and a new topic matching the pattern.
         _produce(kafka_bootstrap, first, [(p, v, T0 + (360 + i) * 1000) for p in range(3)
                                           for i, v in enumerate(_values(p, 360, 120))])
-        create_topic(kafka_bootstrap, second, partitions=2)
+        create_topic(kafka_bootstrap, second, partitions=2, config=KEEP)
         _produce(kafka_bootstrap, second, [(p, v, T0 + DAY_MS + i) for p in range(2)
                                            for i, v in enumerate(_values(p + 10, 0, 260))])
         # Run 2 (--once) in this process, on the shared test SparkSession (one JVM fewer),
@@ -514,7 +663,7 @@ def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_boots
     date folders and rotate.interval.ms follow record timestamps; a second run resumes each
     partition after its last file."""
     topic = unique_name
-    create_topic(kafka_bootstrap, topic, partitions=2)
+    create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
     # one record per hour over 30 hours: 12-hour files over two date folders
     _produce(kafka_bootstrap, topic, [(p, b"a%d-%d" % (p, i), T0 + i * 3_600_000) for p in range(2) for i in range(30)])
     out, buffer = tmp_path / "out", tmp_path / "buffer"

@@ -1,4 +1,4 @@
-"""Cloud Pub/Sub sink, end to end: real Kafka broker (tansu) → Delta → Google's Pub/Sub emulator.
+"""Cloud Pub/Sub sink, end to end: real Apache Kafka broker → Delta → Google's Pub/Sub emulator.
 
 Each test produces to its own Kafka topic and reads back with plain clients, asserting exact
 message bodies and attribute maps (the data model of Google's connector, issue 4's examples).

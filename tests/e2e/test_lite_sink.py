@@ -1,4 +1,4 @@
-"""Pub/Sub Lite sink, end to end: real Kafka broker (tansu) → Delta → the local Lite server.
+"""Pub/Sub Lite sink, end to end: real Apache Kafka broker → Delta → the local Lite server.
 
 The connector runs as users run it — ``pubsub-connect run`` in a subprocess — because the Lite
 client trusts the test server's self-signed certificate only through

@@ -1,4 +1,4 @@
-"""Pub/Sub Lite source, end to end: the local Lite server → Delta → real Kafka broker (tansu).
+"""Pub/Sub Lite source, end to end: the local Lite server → Delta → real Apache Kafka broker.
 
 Messages are appended to the server's partitions directly (so offsets and publish times are
 known); the connector runs as ``pubsub-connect run`` in a subprocess (see

@@ -2,7 +2,7 @@
 
 Deliberately independent of ``pubsub_connect.io.kafka_source`` so tests check the product
 against a plain client. ``consume_all`` and ``end_offsets`` read to the end-of-partition event
-(the high watermark of a fetch response), never ListOffsets(latest), which tansu answers wrongly.
+(the high watermark of a fetch response), independent of ListOffsets(latest).
 """
 
 from __future__ import annotations
@@ -29,10 +29,12 @@ class Rec:
     timestamp_ms: int | None = None
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout_s: float = 30) -> None:
-    """Create ``name`` and wait until every partition shows up in metadata."""
+def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout_s: float = 30,
+                 config: Mapping[str, str] | None = None) -> None:
+    """Create ``name`` (with topic ``config``) and wait until every partition shows up in metadata."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(name, partitions, 1)], operation_timeout=timeout_s).values():
+    topic = NewTopic(name, partitions, 1, config=dict(config or {}))
+    for future in admin.create_topics([topic], operation_timeout=timeout_s).values():
         future.result(timeout=timeout_s)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -44,7 +46,7 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, timeout_s: floa
 
 
 def delete_topic(bootstrap: str, name: str, timeout_s: float = 30) -> None:
-    """Delete ``name`` and wait until metadata no longer lists it (tansu hangs if a deleted
+    """Delete ``name`` and wait until metadata no longer lists it (some brokers hang if a deleted
     topic's name is created again: use a new name instead)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.delete_topics([name], operation_timeout=timeout_s).values():
@@ -67,7 +69,7 @@ def produce(
     """Produce ``records`` (a ``Rec``, or a bare value) and wait for every acknowledgement.
 
     Raises if any delivery failed. A large ``linger_ms`` packs many records into one broker
-    batch, which is what makes tansu's ListOffsets(latest) answer wrong.
+    batch (where a broker's ListOffsets(latest) answer is easiest to get wrong).
     """
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "enable.idempotence": True, **(config or {})}
@@ -108,10 +110,12 @@ def _partitions(bootstrap: str, topic: str) -> list[int]:
 
 
 def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Rec]:
-    """Every record of ``topic`` from offset 0 to the end of each partition, in offset order."""
+    """Every record of ``topic`` from offset 0 to the end of each partition, in offset order, as a
+    ``read_committed`` consumer sees them (aborted transactions hidden)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "isolation.level": "read_committed",
             "group.id": "tests-consume-all",
             "enable.auto.commit": False,
             "enable.partition.eof": True,

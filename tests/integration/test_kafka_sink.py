@@ -1,4 +1,4 @@
-"""The Python Kafka sink against a real broker (tansu): placement, keys, headers, failures."""
+"""The Python Kafka sink against a real Apache Kafka broker: placement, keys, headers, failures."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Python Kafka source against a real broker (tansu): schema, offsets, exactly-once resume.
+"""The Python Kafka source against a real Apache Kafka broker: schema, offsets, exactly-once resume.
 
 Every streaming test collects micro-batches with :class:`BatchCollector`, keyed by batch id: a
 batch Spark re-runs after a stop or crash overwrites its own entry (and the collector records
@@ -38,12 +38,10 @@ from pubsub_connect.io.kafka_source import (
     read_kafka,
     write_kafka,
 )
-from pubsub_connect.io.spark import Capabilities
+from pubsub_connect.io.spark import Capabilities, capabilities
 
 PYTHON = Capabilities(native_kafka=False, native_delta=False)
 DRIVER = Path(__file__).with_name("kafka_stream_driver.py")
-#: What Spark says when its own Kafka connector is asked for but its jar is missing.
-NATIVE_MISSING = r"KAFKA_DATA_SOURCE_NOT_ENABLED|Failed to find data source: kafka"
 
 
 def opts(bootstrap: str, **extra: str) -> dict[str, str]:
@@ -253,27 +251,42 @@ def test_schema_is_exactly_sparks(spark: Any, kafka_bootstrap: str, unique_name:
     assert all(f.nullable for f in KAFKA_SCHEMA.fields)
 
 
-def test_native_connector_is_used_when_the_jvm_has_it(spark: Any, kafka_bootstrap: str, unique_name: str) -> None:
-    """With ``native_kafka`` the functions go to Spark's ``kafka`` format; this JVM has no Kafka
-    jar, so reaching Spark's own "not enabled" error proves the native path was taken."""
-    create_topic(kafka_bootstrap, unique_name, 1)
-    native = Capabilities(native_kafka=True, native_delta=False)
-    base = opts(kafka_bootstrap, subscribe=unique_name)
-    with pytest.raises(Exception, match=NATIVE_MISSING):
-        read_kafka(spark, base, streaming=False, caps=native).collect()
-    with pytest.raises(Exception, match=NATIVE_MISSING):
-        read_kafka(spark, base, caps=native)
-    with pytest.raises(Exception, match=NATIVE_MISSING):
-        write_kafka(
-            spark.range(1).selectExpr("CAST(id AS STRING) AS value"), {**base, "topic": unique_name}, caps=native
-        )
-    # Detected capabilities (no caps argument) pick the Python source here.
-    assert read_kafka(spark, base, streaming=False).count() == 0
+def test_native_connector_and_python_source_read_the_same_rows(spark: Any, kafka_bootstrap: str,
+                                                              unique_name: str) -> None:
+    """The session has Spark's own Kafka connector (loaded from Maven Central): detected
+    capabilities pick it, and it returns exactly the rows of the project's Python source, the
+    fallback — same schema, same values, headers included. Writing goes through it as well."""
+    assert capabilities(spark).native_kafka
+    create_topic(kafka_bootstrap, unique_name, 2)
+    produce(kafka_bootstrap, unique_name, [Rec(value=str(i).encode(), key=f"k{i}".encode(), partition=i % 2,
+                                               headers=[("h", str(i).encode()), ("h", None)])
+                                           for i in range(20)])
+    base = opts(kafka_bootstrap, subscribe=unique_name, includeHeaders="true")
+    columns = ["key", "value", "topic", "partition", "offset", "timestampType", "headers"]
+
+    def rows(caps: Capabilities) -> list[tuple[Any, ...]]:
+        df = read_kafka(spark, base, streaming=False, caps=caps)
+        assert df.schema == KAFKA_SCHEMA
+        return sorted(tuple(r) for r in df.select(*columns).collect())
+
+    native_rows = rows(Capabilities(native_kafka=True, native_delta=True))
+    assert len(native_rows) == 20
+    assert native_rows == rows(PYTHON)
+    assert native_rows[0][:5] == (b"k0", b"0", unique_name, 0, 0)
+    assert [tuple(h) for h in native_rows[0][6]] == [("h", b"0"), ("h", None)]
+
+    out = f"{unique_name}-out"
+    create_topic(kafka_bootstrap, out, 1)
+    write_kafka(spark.createDataFrame([(b"a", b"1"), (None, b"2")], "key binary, value binary"),
+                {"kafka.bootstrap.servers": kafka_bootstrap, "topic": out})
+    written = read_kafka(spark, opts(kafka_bootstrap, subscribe=out), streaming=False).collect()
+    assert sorted((r.value, r.key) for r in written) == [(b"1", b"a"), (b"2", None)]
 
 
 def test_end_offsets_come_from_fetch_responses_not_list_offsets(kafka_bootstrap: str, unique_name: str) -> None:
-    """tansu answers ListOffsets(latest) with the start of the newest batch + 1; records produced
-    as one batch must all be counted anyway."""
+    """Records produced as one broker batch are all counted: the end is the fetch response's high
+    watermark (some Kafka-compatible brokers answer ListOffsets(latest) with the start of the
+    newest batch + 1)."""
     create_topic(kafka_bootstrap, unique_name, 2)
     produce(kafka_bootstrap, unique_name, [Rec(value=b"x", partition=i % 2) for i in range(501)], linger_ms=200)
     produce(kafka_bootstrap, unique_name, [Rec(value=b"y", partition=0) for _ in range(40)], linger_ms=200)
@@ -293,9 +306,9 @@ def test_end_offsets_come_from_fetch_responses_not_list_offsets(kafka_bootstrap:
 
 def test_transaction_markers_leave_offsets_without_records(spark: Any, kafka_bootstrap: str, unique_name: str) -> None:
     """Offsets that hold a transaction marker are skipped without waiting or failing, also when
-    a range starts or ends on one. (tansu stores nothing of an aborted transaction, so
-    read_uncommitted vs read_committed cannot be told apart here; the reader defaults to the
-    Java client's read_uncommitted, unlike librdkafka.)"""
+    a range starts or ends on one. (Nothing of the aborted transaction reached the broker here, so
+    read_uncommitted vs read_committed cannot be told apart; the reader defaults to the Java
+    client's read_uncommitted, unlike librdkafka.)"""
     create_topic(kafka_bootstrap, unique_name, 1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_name})
     producer.init_transactions(30)
@@ -508,8 +521,8 @@ def test_stop_and_restart_resume_with_nothing_lost_or_duplicated(
 def test_data_arriving_between_batches_is_read_exactly_once(
     spark: Any, kafka_bootstrap: str, unique_name: str, tmp_path: Path
 ) -> None:
-    """Bursts produced as single broker batches (where tansu's ListOffsets(latest) is wrong)
-    while the query runs, then a final drain: every record exactly once."""
+    """Bursts produced as single broker batches while the query runs, then a final drain: every
+    record exactly once."""
     create_topic(kafka_bootstrap, unique_name, 3)
     collector = BatchCollector()
     options = opts(kafka_bootstrap, subscribe=unique_name, startingOffsets="earliest")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -161,6 +162,43 @@ def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore.S3Store, s3_endp
     assert s3_store.incomplete_uploads("big/") == ["big/killed.gz"]
     assert s3_store.abort_incomplete("big/") == 1
     assert s3_store.incomplete_uploads("big/") == []
+
+
+def _elsewhere(store: ostore.ObjectStore, key: str) -> subprocess.CompletedProcess[bytes]:
+    """Unpickle ``store`` in a process that has no AWS settings at all (like an executor on another
+    machine), write ``key`` and read it back."""
+    script = textwrap.dedent(f"""
+        import pickle, sys
+        store = pickle.loads(sys.stdin.buffer.read())
+        store.put_bytes({key!r}, b"from elsewhere")
+        sys.stdout.write(store.read({key!r}).decode())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update({"AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_CONFIG_FILE": os.devnull,
+                "AWS_EC2_METADATA_DISABLED": "true"})
+    return subprocess.run([sys.executable, "-c", script], input=pickle.dumps(store), env=env,
+                          capture_output=True, timeout=60, check=False)
+
+
+def test_portable_s3_store_works_where_the_environment_has_nothing(
+        bucket: str, s3_endpoint: str, s3_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark executors do not share the driver's environment: the portable copy carries the
+    credentials, region and endpoint resolved here (never showing the secret), and pickles without
+    its client."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
+    store = ostore.S3Store(bucket, path_style=True)  # endpoint and region from the environment
+    store.check()  # a client exists now: pickling must leave it behind
+    portable = store.portable()
+    assert (portable.endpoint, portable.region) == (s3_endpoint, s3_env["AWS_DEFAULT_REGION"])
+    assert portable.credentials == ostore.S3Credentials(s3_env["AWS_ACCESS_KEY_ID"], s3_env["AWS_SECRET_ACCESS_KEY"])
+    shown = repr(ostore.S3Store(bucket, credentials=ostore.S3Credentials("AKIDEXAMPLE", "s3cr3t", "t0ken")))
+    assert "AKIDEXAMPLE" in shown and "s3cr3t" not in shown and "t0ken" not in shown
+    done = _elsewhere(portable, "travel/portable.gz")
+    assert done.returncode == 0 and done.stdout == b"from elsewhere", done.stderr.decode()[-2000:]
+    assert store.read("travel/portable.gz") == b"from elsewhere"
+    # The plain store relies on the environment, which the other process does not have.
+    failed = _elsewhere(store, "travel/plain.gz")
+    assert failed.returncode != 0 and not store.exists("travel/plain.gz")
 
 
 def test_s3_missing_bucket_is_one_line(s3_endpoint: str, s3_env: dict[str, str]) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import socket
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from pubsub_connect.cli import main
 from pubsub_connect.io import services as svc
@@ -33,6 +36,8 @@ def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[s
         # the Kafka broker really answers on the advertised loopback address
         metadata = AdminClient({"bootstrap.servers": running["kafka"].endpoint}).list_topics(timeout=5)
         assert metadata.brokers and all(b.host == "127.0.0.1" for b in metadata.brokers.values())
+        # each service keeps its files in a directory of its own
+        assert {Path(s.directory).name for s in running.values()} == {"kafka", "pubsub", "s3"}
         # a second `up` reuses what runs
         assert main(["services", "up", "--storage-root", root]) == 0
         assert {k: v.pid for k, v in svc.read_services(tmp_path).items()} == {k: v.pid for k, v in running.items()}
@@ -61,7 +66,143 @@ def test_failed_start_stops_what_started(tmp_path: Path, monkeypatch: pytest.Mon
     assert started and not _alive(started[0])
 
 
-def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(svc.shutil, "which", lambda name: None)
     with pytest.raises(svc.ServiceError, match="Java is not installed"):
         svc.pubsub_emulator_command()
+    with pytest.raises(svc.ServiceError, match=r"^Java is not installed: the local Kafka broker needs Java 17\+"):
+        svc.start_kafka(tmp_path / "kafka")
+
+
+def test_java_home_is_honoured_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
+    with pytest.raises(svc.ServiceError, match=r"JAVA_HOME=.*nowhere has no bin/java"):
+        svc.start_kafka(tmp_path / "kafka")
+    old_java = tmp_path / "jdk11" / "bin" / "java"
+    old_java.parent.mkdir(parents=True)
+    old_java.write_text('#!/bin/sh\necho \'openjdk version "11.0.22" 2024-01-16\' >&2\n')
+    old_java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk11"))
+    with pytest.raises(svc.ServiceError, match=r"needs Java 17\+, but .*jdk11/bin/java is Java 11"):
+        svc.start_kafka(tmp_path / "kafka")
+
+
+def test_a_broker_that_cannot_start_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(svc.ServiceError) as failure:
+            svc.start_kafka(tmp_path / "kafka", port=port)
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith("Kafka broker exited with code "), message
+    assert f"127.0.0.1:{port}" in message and "Address already in use" in message, message
+
+
+# --------------------------------------------------------------------------------------------
+# The broker is Apache Kafka: configs, exact offsets, transactions, data kept across a restart
+# --------------------------------------------------------------------------------------------
+
+
+def _read_to_end(bootstrap: str, topic: str, end: int, isolation: str, timeout_s: float = 60) -> list[bytes]:
+    """Values of partition 0 of ``topic`` as a consumer with ``isolation`` sees them, read until
+    the end-of-partition event at offset ``end``."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-{isolation}",
+                         "isolation.level": isolation, "enable.auto.commit": False,
+                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            assert time.monotonic() < deadline, f"{topic}: no end of partition at {end} within {timeout_s} s"
+            for msg in consumer.consume(500, 0.5):
+                err = msg.error()
+                if err is None:
+                    values.append(msg.value())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    if msg.offset() >= end:
+                        return values
+                else:
+                    raise AssertionError(f"consume {topic}: {err}")
+    finally:
+        consumer.close()
+
+
+def _latest_offsets(bootstrap: str, topic: str) -> tuple[int, int]:
+    """``(earliest, latest)`` of partition 0 from a ListOffsets request (not a cached fetch)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-offsets"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        return int(low), int(high)
+    finally:
+        consumer.close()
+
+
+def _produce_one_batch(bootstrap: str, topic: str, values: list[bytes]) -> None:
+    """``values`` in a single record batch: the case where a wrong ListOffsets(latest) shows."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1000, "batch.num.messages": 10_000,
+                         "enable.idempotence": True})
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0
+
+
+def _produce_transaction(bootstrap: str, topic: str, values: list[bytes], commit: bool) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for value in values:
+        producer.produce(topic, value, partition=0)
+    assert producer.flush(30) == 0  # the records are in the log before the transaction ends
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path) -> None:
+    directory = tmp_path / "kafka"
+    topic = "restarted"
+    plain = [f"plain-{i}".encode() for i in range(50)]
+    aborted = [f"aborted-{i}".encode() for i in range(20)]
+    committed = [f"committed-{i}".encode() for i in range(10)]
+    # 50 plain records, 20 aborted + abort marker, 10 committed + commit marker
+    end = len(plain) + len(aborted) + 1 + len(committed) + 1
+
+    service = svc.start_kafka(directory)
+    try:
+        bootstrap = service.endpoint
+        assert Path(service.directory) == directory.resolve()
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        broker = ConfigResource(ConfigResource.Type.BROKER, "1")
+        configs = admin.describe_configs([broker])[broker].result(30)
+        assert configs["log.dirs"].value == str(directory.resolve() / "data")
+        assert configs["advertised.listeners"].value == f"PLAINTEXT://{bootstrap}"
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+
+        _produce_one_batch(bootstrap, topic, plain)
+        assert _latest_offsets(bootstrap, topic) == (0, len(plain))
+        _produce_transaction(bootstrap, topic, aborted, commit=False)
+        _produce_transaction(bootstrap, topic, committed, commit=True)
+        assert _latest_offsets(bootstrap, topic) == (0, end)
+
+        assert _read_to_end(bootstrap, topic, end, "read_committed") == plain + committed
+        # the aborted records are in the log: the broker hides them from read_committed
+        assert _read_to_end(bootstrap, topic, end, "read_uncommitted") == plain + aborted + committed
+        cluster = (directory / "data" / "meta.properties").read_text()
+    finally:
+        svc.stop_pid(service.pid)
+    assert not _alive(service.pid)
+
+    restarted = svc.start_kafka(directory, port=service.port)
+    try:
+        assert restarted.endpoint == service.endpoint and restarted.pid != service.pid
+        assert (directory / "data" / "meta.properties").read_text() == cluster  # not formatted again
+        assert _latest_offsets(restarted.endpoint, topic) == (0, end)
+        assert _read_to_end(restarted.endpoint, topic, end, "read_committed") == plain + committed
+    finally:
+        svc.stop_pid(restarted.pid)
+    assert not _alive(restarted.pid)

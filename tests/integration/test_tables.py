@@ -1,4 +1,5 @@
-"""The table store on the delta-rs backend: idempotent replay, batch and streaming reads."""
+"""The table store on both backends — Delta Lake on Spark (the engine) and delta-rs (the fallback):
+idempotent replay read from Delta's own transaction state, batch and streaming reads."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ from pyspark.sql.types import (
 )
 
 from pubsub_connect.io.spark import Capabilities
-from pubsub_connect.io.tables import DeltaRsTableStore, TableRef, table_store
+from pubsub_connect.io.tables import (
+    DeltaRsTableStore,
+    SparkDeltaTableStore,
+    TableRef,
+    TableStore,
+    _log_transactions,
+    table_store,
+)
 
 SCHEMA = StructType([
     StructField("key", BinaryType()),
@@ -34,11 +42,31 @@ def _rows(start: int, count: int) -> list[tuple]:
             for i in range(start, start + count)]
 
 
-@pytest.fixture
-def store(spark, tmp_path: Path) -> DeltaRsTableStore:
-    chosen = table_store(spark, str(tmp_path / "root"), Capabilities(native_kafka=False, native_delta=False))
-    assert isinstance(chosen, DeltaRsTableStore)
+@pytest.fixture(params=["delta-spark", "delta-rs"])
+def store(request: pytest.FixtureRequest, spark, tmp_path: Path) -> TableStore:
+    native = request.param == "delta-spark"
+    chosen = table_store(spark, str(tmp_path / "root"), Capabilities(native_kafka=False, native_delta=native))
+    assert isinstance(chosen, SparkDeltaTableStore if native else DeltaRsTableStore)
     return chosen
+
+
+def test_committed_version_comes_from_the_delta_log(spark, tmp_path: Path) -> None:
+    """Delta records a write's txn id only as a ``txn`` action of the log (not in the history's
+    operation parameters). Past a log checkpoint (every 10 commits) the id must still be found,
+    through Delta's JVM API and through the log read that stands in where there is no py4j."""
+    store = table_store(spark, str(tmp_path / "root"), Capabilities(native_kafka=False, native_delta=True))
+    ref = TableRef("bronze", "txn")
+    for batch in range(12):
+        assert store.append_batch(ref, spark.createDataFrame(_rows(batch, 1), SCHEMA), "txn/pull-0", batch)
+    assert store.append_batch(ref, spark.createDataFrame(_rows(20, 1), SCHEMA), "txn/pull-1", 0)
+    assert (tmp_path / "root" / "bronze" / "txn" / "_delta_log" / "_last_checkpoint").is_file()
+    assert store.committed_version(ref, "txn/pull-0") == 11
+    assert store.committed_version(ref, "txn/pull-1") == 0
+    assert store.committed_version(ref, "txn/pull-2") is None
+    assert _log_transactions(spark, store.path(ref)) == {"txn/pull-0": 11, "txn/pull-1": 0}
+    # the replay is reported as skipped and leaves the table as it was
+    assert store.append_batch(ref, spark.createDataFrame(_rows(99, 1), SCHEMA), "txn/pull-0", 11) is False
+    assert store.count(ref) == 13
 
 
 def test_layout_under_storage_root(store: DeltaRsTableStore, tmp_path: Path) -> None:
@@ -50,7 +78,7 @@ def test_layout_under_storage_root(store: DeltaRsTableStore, tmp_path: Path) -> 
         TableRef("silver", "c1")
 
 
-def test_replayed_batch_leaves_table_unchanged(spark, store: DeltaRsTableStore) -> None:
+def test_replayed_batch_leaves_table_unchanged(spark, store: TableStore) -> None:
     ref = TableRef("bronze", "replay")
     batch0 = spark.createDataFrame(_rows(0, 3), SCHEMA)
     batch1 = spark.createDataFrame(_rows(3, 2), SCHEMA)
@@ -68,7 +96,7 @@ def test_replayed_batch_leaves_table_unchanged(spark, store: DeltaRsTableStore) 
     assert seqs == [0, 1, 2, 3, 4]
 
 
-def test_batch_read_roundtrips_types(spark, store: DeltaRsTableStore) -> None:
+def test_batch_read_roundtrips_types(spark, store: TableStore) -> None:
     ref = TableRef("outbox", "types")
     store.append_batch(ref, spark.createDataFrame([*_rows(7, 1), (None, None, None, 8)], SCHEMA), "a", 0)
     rows = sorted(store.read(ref).collect(), key=lambda r: r.seq)
@@ -78,7 +106,7 @@ def test_batch_read_roundtrips_types(spark, store: DeltaRsTableStore) -> None:
     assert store.read(ref).schema == SCHEMA
 
 
-def test_stream_reads_each_commit_once_across_restarts(spark, store: DeltaRsTableStore, tmp_path: Path) -> None:
+def test_stream_reads_each_commit_once_across_restarts(spark, store: TableStore, tmp_path: Path) -> None:
     ref = TableRef("bronze", "stream")
     store.ensure(ref, SCHEMA)
     assert store.count(ref) == 0
@@ -95,10 +123,10 @@ def test_stream_reads_each_commit_once_across_restarts(spark, store: DeltaRsTabl
         assert query.exception() is None
 
     for i in range(3):  # three commits of two rows
-        store.append_batch(ref, spark.createDataFrame(_rows(i * 2, 2), SCHEMA), "w", i)
+        store.append_batch(ref, spark.createDataFrame(_rows(i * 2, 2), SCHEMA).coalesce(1), "w", i)
     drain(max_files=1)
     assert [rows for _, rows in seen] == [[0, 1], [2, 3], [4, 5]]
-    store.append_batch(ref, spark.createDataFrame(_rows(6, 3), SCHEMA), "w", 3)
+    store.append_batch(ref, spark.createDataFrame(_rows(6, 3), SCHEMA).coalesce(1), "w", 3)
     drain()  # a new query on the same checkpoint resumes after the last committed version
     assert [rows for _, rows in seen][3:] == [[6, 7, 8]]
     assert [batch for batch, _ in seen] == [0, 1, 2, 3]

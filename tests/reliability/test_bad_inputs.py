@@ -55,8 +55,9 @@ REQUIRED_CASES = (
     "json_truncated", "json_payload_type_mismatch", "integer_3_bytes", "value_11_mb", "headers_150",
     "header_key_300_bytes", "key_non_utf8", "null_everything", "json_unknown_field_type", "json_nested_struct",
 )
-#: The Kafka producer's default message.max.bytes is 1 MB; the corpus goes to 11 MB.
+#: The Kafka producer's and the topic's default limits are 1 MB; the corpus goes to 11 MB.
 BIG_PRODUCER = {"message.max.bytes": 20_000_000, "linger.ms": 0}
+BIG_TOPIC = {"max.message.bytes": "20000000"}
 #: Groups that also run with ``errors.tolerance=none`` first: one per convert implementation
 #: (JSON goes through ``mapInArrow`` and the reference code, bytes/strings through column
 #: expressions; the bytes group's first bad record is the 11 MB value). Each stop costs a
@@ -294,7 +295,7 @@ def test_corpus_end_to_end(spark: Any, kafka_bootstrap: str, tmp_path: Path, uni
     """One group of the corpus through broker → bronze → convert → outbox/DLQ → Pub/Sub."""
     cases = cases_of(group)
     records = list(group_records(GROUPS[group], cases))
-    create_topic(kafka_bootstrap, unique_name)
+    create_topic(kafka_bootstrap, unique_name, config=BIG_TOPIC)
     produce(kafka_bootstrap, unique_name, [rec for _, rec, _, _ in records], config=BIG_PRODUCER)
     _, subscription = create_topic_and_subscription(unique_name)
     keys = connector_keys(GROUPS[group])

@@ -2,9 +2,10 @@
 
 The connector runs as users run it (``pubsub-connect run``, all stages, own process group).
 
-- Kafka: a tansu broker with ``s3://`` storage (moto), so its data survives the restart, is
-  stopped and started again on the same port mid-stream. Every record produced before and after
-  reaches Pub/Sub, bronze holds each Kafka record exactly once, the process never exits.
+- Kafka: the test's own broker is stopped mid-stream and, after an outage, started again on
+  the same data directory and port (a real broker restart: its log is kept). Every record
+  produced before and after reaches Pub/Sub, bronze holds each Kafka record exactly once, the
+  process never exits.
 - Pub/Sub: the emulator process is killed mid-stream, records keep arriving from Kafka, publish
   fails after ``maxTotalTimeoutMs`` and the stage is restarted from its checkpoint with backoff;
   a new emulator comes up and the connector delivers everything without manual action. When the
@@ -22,7 +23,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import boto3
 import pytest
 
 from integration.kafka_helpers import Rec, create_topic, produce
@@ -96,32 +96,26 @@ class Connector:
 
 
 @pytest.fixture
-def persistent_kafka(s3_service: svc.RunningService, tmp_path: Path, unique_name: str) -> Iterator[dict]:
-    """A tansu broker whose log lives in a moto S3 bucket, so a restart keeps every record."""
-    bucket = f"kafka-{unique_name}"
-    boto3.client("s3", endpoint_url=s3_service.endpoint, aws_access_key_id="testing",
-                 aws_secret_access_key="testing", region_name="us-east-1").create_bucket(Bucket=bucket)
-    env = {"AWS_ENDPOINT": s3_service.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    workdir = tmp_path / "kafka"
-    workdir.mkdir()
-    state = {"storage": f"s3://{bucket}/", "env": env, "workdir": workdir}
-    state["service"] = svc.start_kafka(workdir, storage_engine=state["storage"], extra_env=env)
-    yield state
-    svc.stop_pid(state["service"].pid)
+def own_kafka(tmp_path: Path) -> Iterator[list[svc.RunningService]]:
+    """A broker of this test's own (the session's shared one must stay up); the last item of the
+    list is the one running, after restarts too."""
+    brokers = [svc.start_kafka(tmp_path / "kafka")]
+    yield brokers
+    svc.stop_pid(brokers[-1].pid)
 
 
-def restart_kafka(state: dict, down_s: float) -> None:
-    service = state["service"]
-    svc.stop_pid(service.pid)
-    time.sleep(down_s)
-    state["service"] = svc.start_kafka(state["workdir"], port=service.port, storage_engine=state["storage"],
-                                       extra_env=state["env"])
+def restart_kafka(brokers: list[svc.RunningService], down_s: float) -> None:
+    """Stop the broker (SIGTERM, as an operator would), leave it down for ``down_s``, then start it
+    again on its data directory and port: clients find the same address and every record."""
+    previous = brokers[-1]
+    svc.stop_pid(previous.pid)
+    time.sleep(down_s)  # the outage the connector has to ride out, not a wait for anything
+    brokers.append(svc.start_kafka(Path(previous.directory), port=previous.port))
 
 
 def test_kafka_broker_restart_mid_stream_recovers_without_loss(
-        persistent_kafka: dict, pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
-    bootstrap = persistent_kafka["service"].endpoint
+        own_kafka: list[svc.RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
+    bootstrap = own_kafka[-1].endpoint
     create_topic(bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=60)
     produce(bootstrap, unique_name, records(range(300)))
@@ -131,7 +125,8 @@ def test_kafka_broker_restart_mid_stream_recovers_without_loss(
                           [], {"PUBSUB_EMULATOR_HOST": pubsub_emulator_host})
     try:
         before = pull_distinct(subscription, set(range(300)), seq_of, timeout=240)
-        restart_kafka(persistent_kafka, down_s=5)
+        restart_kafka(own_kafka, down_s=5)
+        assert own_kafka[-1].endpoint == bootstrap
         produce(bootstrap, unique_name, records(range(300, 600)))
         after = pull_distinct(subscription, set(range(300, 600)), seq_of, timeout=240)
         connector.assert_running()

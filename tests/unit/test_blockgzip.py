@@ -4,6 +4,7 @@ except the real ``gzip`` command and the checked-in fixture)."""
 from __future__ import annotations
 
 import io
+import json
 import random
 import shutil
 import subprocess
@@ -402,3 +403,90 @@ def test_archive_read_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ArchiveReadError) as info:
         archive_read(str(missing), 0)
     assert str(info.value) == f"{missing}: {missing.with_suffix('').with_suffix('.index.json')} does not exist"
+
+
+# ------------------------------------------------------------------------------------------ planning
+
+
+def _absolute(cuts: list[bg.FileCut], base: int) -> list[tuple[int, int, int, int, int, int]]:
+    return [(c.first_offset, c.first_timestamp_ms, c.end_offset, c.num_records, c.num_chunks, base + c.stop)
+            for c in cuts]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sizer_cuts_blocks_exactly_like_the_writer(seed: int) -> None:
+    rng = random.Random(seed)
+    records = _random_records(rng, 1500)
+    block_size = rng.choice([1, 9, 120, 2000])
+    max_chunks = rng.choice([None, 3, 40])
+    writer = bg.BlockGzipWriter(io.BytesIO(), block_size)
+    sizer = bg.BlockSizer(block_size)
+    position = 0
+    while position < len(records):
+        batch = records[position:position + rng.randrange(1, 200)]
+        offsets, values = [o for o, _ in batch], [v for _, v in batch]
+        consumed = writer.extend(offsets, values, max_chunks)
+        assert sizer.extend(offsets, values, max_chunks) == consumed
+        # the sizer survives a trip through its state (another process, another batch)
+        sizer = bg.BlockSizer(block_size, bg.BlockState.from_json(json.loads(json.dumps(sizer.state.to_json()))))
+        assert sizer.state == writer.state
+        position += consumed
+        if consumed < len(batch):
+            break
+    chunks = writer.finish()
+    assert sizer.finish() == writer.state
+    assert sizer.num_chunks == len(chunks)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_planner_resumes_from_its_open_file_anywhere(seed: int) -> None:
+    """Planning in pieces, with the planner rebuilt from its serialised open file between
+    pieces (as each micro-batch's task does), cuts the same files as planning in one go; and
+    the writer, given exactly a planned file's records, makes exactly its blocks."""
+    rng = random.Random(seed)
+    records = _random_records(rng, 1200)
+    timestamps = []
+    clock = 1_000
+    for _ in records:
+        clock += rng.choice([0, 1, 5, 50, -30])  # mostly forward, sometimes backwards
+        timestamps.append(clock)
+    policy = bg.RotationPolicy(block_size=rng.choice([1, 40, 300]), chunks_per_file=rng.choice([1, 2, 5]),
+                               flush_size=rng.choice([0, 7, 90]), rotate_interval_ms=rng.choice([0, 200, 1000]))
+    offsets, values = [o for o, _ in records], [v for _, v in records]
+
+    whole = bg.FilePlanner(policy)
+    expected = _absolute(whole.feed(offsets, timestamps, values), 0)
+    tail = whole.close()
+
+    got: list[tuple[int, int, int, int, int, int]] = []
+    open_file: bg.OpenFile | None = None
+    position = 0
+    while position < len(records):
+        stop = min(len(records), position + rng.randrange(1, 150))
+        planner = bg.FilePlanner(policy, open_file)
+        got += _absolute(planner.feed(offsets[position:stop], timestamps[position:stop], values[position:stop]),
+                         position)
+        state = planner.open_file
+        open_file = None if state is None else bg.OpenFile.from_json(json.loads(json.dumps(state.to_json())))
+        position = stop
+    assert got == expected
+    assert bg.FilePlanner(policy, open_file).close() == tail
+
+    start = 0
+    for first, _, end_offset, count, blocks, stop in expected:
+        assert offsets[start] == first and stop - start == count and offsets[stop - 1] + 1 == end_offset
+        writer = bg.BlockGzipWriter(io.BytesIO(), policy.block_size)
+        assert writer.extend(offsets[start:stop], values[start:stop]) == count
+        assert len(writer.finish()) == blocks
+        start = stop
+    assert tail is None or tail.num_records == len(records) - start
+
+
+def test_rotation_before_the_first_new_record_closes_the_carried_file() -> None:
+    policy = bg.RotationPolicy(block_size=100, rotate_interval_ms=1000)
+    planner = bg.FilePlanner(policy)
+    assert planner.feed([5, 6], [10_000, 10_500], [b"a", b"b"]) == []
+    carried = planner.open_file
+    assert carried == bg.OpenFile(5, 10_000, bg.BlockState(2, 0, 4, 2, 5, 7))
+    cuts = bg.FilePlanner(policy, carried).feed([7, 8], [11_000, 11_001], [b"c", b"d"])
+    assert cuts == [bg.FileCut(5, 10_000, 7, 2, 1, stop=0)]

@@ -18,8 +18,9 @@ Design choices (each mirrors what Spark's connector does unless stated):
   appears mid-query (new partition, new topic matching the pattern) first enters the offsets at
   its earliest offset through a batch that reads nothing from it, then is read normally.
 * The end of a partition is the high watermark taken from a *fetch response*. ListOffsets(latest)
-  is exact on Kafka but wrong on the tansu test broker (see ``shared/ENVIRONMENT.md``); the
-  fetch-response watermark is exact on both, so it is the only source of truth for "latest".
+  is exact on Apache Kafka, but some Kafka-compatible brokers answer it with the start of the
+  newest batch; the fetch-response watermark is exact on all of them, so it is the only source of
+  truth for "latest".
 * Records are read in Spark tasks with ``assign`` + ``seek`` (no consumer group, nothing committed
   to Kafka) and handed to Spark as Arrow record batches, not Python rows.
 
@@ -472,12 +473,12 @@ def plan_partitions(ranges: Sequence[tuple[TopicPartitionKey, int, int]],
 class OffsetReader:
     """Metadata and offset lookups for planning (driver side only, never in tasks).
 
-    ``end_offsets`` is the heart of the tansu workaround that is also exact on Kafka: it
+    ``end_offsets`` works on any Kafka-compatible broker, not only on Apache Kafka: it
     assigns every partition at a position known to be valid (≤ the high watermark), waits for
     one fetch response per partition (a record or an end-of-partition event) and reads the high
     watermark that response carried. ListOffsets is used only for the earliest offset (exact
     everywhere) and, on the probe side, as a *lower bound* of the end, which is true on both
-    brokers; it is never taken as the end itself.
+    kinds of broker; it is never taken as the end itself.
     """
 
     def __init__(self, opts: KafkaReadOptions):
@@ -545,7 +546,7 @@ class OffsetReader:
         ``hints`` are offsets believed to be at or below the end (e.g. the last planned end);
         probing there keeps the fetched data small. Each probe position is clamped to the
         ListOffsets answer, which can only be at or below the true end, so no probe ever lands
-        beyond the end (where tansu answers with silence instead of an error). A partition
+        beyond the end (where some brokers answer with silence instead of an error). A partition
         that no longer exists is left out of the result.
         """
         from confluent_kafka import KafkaError, TopicPartition

@@ -17,6 +17,11 @@ properties, and each target provides them differently:
    ``archive read`` fetches a single block by byte range.
 
 Keys are ``/``-separated strings; a local store maps them below its root directory.
+
+Stores are used in Spark executors, not only on the driver: a store object is pickled into the
+tasks that write archive files, so it must carry everything those processes need.
+:meth:`ObjectStore.portable` gives that copy (for S3, the credentials, region and endpoint the
+driver resolved; a local root is just a path).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import socket
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -98,6 +103,12 @@ class ObjectStore(ABC):
     def delete(self, key: str) -> None:
         """Remove ``key`` (no error when it does not exist)."""
 
+    def portable(self) -> ObjectStore:
+        """This store as another process (a Spark executor, possibly another machine) must see
+        it: settings that the current process resolved from its environment are made explicit,
+        since the executor's environment is not the driver's. A local root needs nothing."""
+        return self
+
 
 # --------------------------------------------------------------------------------------------
 # S3
@@ -117,18 +128,30 @@ def _s3_error(exc: BaseException, what: str) -> ObjectStoreError:
     return ObjectStoreError(f"{what}: {detail}")
 
 
+@dataclass(frozen=True)
+class S3Credentials:
+    """An access key pair (and session token) resolved once, to hand to another process.
+    The secret parts never appear in a ``repr`` (logs, Spark plans)."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+
 class S3Store(ObjectStore):
     """An S3 bucket (or any S3 API: MinIO, moto, R2 …) through boto3.
 
     Credentials come from boto3's default chain (environment, shared config/credentials files,
     SSO, container/instance roles), as the original connector used the AWS SDK's default
-    provider. ``endpoint`` defaults to AWS (or ``AWS_ENDPOINT_URL_S3``); ``path_style`` forces
-    ``https://host/bucket/key`` addressing (S3-compatible stores, tests).
+    provider, unless ``credentials`` are given (see :meth:`portable`). ``endpoint`` defaults to
+    AWS (or ``AWS_ENDPOINT_URL_S3``); ``path_style`` forces ``https://host/bucket/key``
+    addressing (S3-compatible stores, tests).
     """
 
     def __init__(self, bucket: str, *, endpoint: str | None = None, path_style: bool = False,
                  region: str | None = None, part_size: int = DEFAULT_PART_SIZE,
-                 multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD, client: Any = None):
+                 multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD, client: Any = None,
+                 credentials: S3Credentials | None = None):
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"S3 parts must be at least {MIN_PART_SIZE} bytes, got {part_size}")
         self.bucket = bucket
@@ -137,7 +160,42 @@ class S3Store(ObjectStore):
         self.region = region
         self.part_size = part_size
         self.multipart_threshold = multipart_threshold
+        self.credentials = credentials
         self._client = client
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A boto3 client holds sockets and locks: each process builds its own from the settings.
+        state = dict(self.__dict__)
+        state["_client"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (f"S3Store(bucket={self.bucket!r}, endpoint={self.endpoint!r}, path_style={self.path_style}, "
+                f"region={self.region!r}, credentials={self.credentials!r})")
+
+    def portable(self) -> S3Store:
+        """A copy with the credentials, region and endpoint that boto3 resolves *here*.
+
+        Why: Spark executors are other processes, on a cluster other machines, whose environment
+        is not the driver's (environment variables set after Spark started, a profile only the
+        driver has). Frozen credentials from a refreshing source (a role) expire; callers take a
+        fresh copy for every micro-batch. When this process finds no credentials at all, the copy
+        has none either and the executors use their own default chain (e.g. an instance profile).
+        """
+        import boto3
+
+        session = boto3.session.Session()
+        credentials = self.credentials
+        if credentials is None:
+            found = session.get_credentials()
+            if found is not None:
+                frozen = found.get_frozen_credentials()
+                credentials = S3Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+        endpoint = (self.endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+                    or None)
+        return S3Store(self.bucket, endpoint=endpoint, path_style=self.path_style,
+                       region=self.region or session.region_name, part_size=self.part_size,
+                       multipart_threshold=self.multipart_threshold, credentials=credentials)
 
     @property
     def client(self) -> Any:
@@ -149,8 +207,13 @@ class S3Store(ObjectStore):
                 s3={"addressing_style": "path" if self.path_style else "auto"},
                 retries={"max_attempts": 5, "mode": "standard"},
             )
+            keys: dict[str, str | None] = {}
+            if self.credentials is not None:
+                keys = {"aws_access_key_id": self.credentials.access_key_id,
+                        "aws_secret_access_key": self.credentials.secret_access_key,
+                        "aws_session_token": self.credentials.session_token}
             self._client = boto3.session.Session().client(
-                "s3", endpoint_url=self.endpoint or None, region_name=self.region or None, config=config
+                "s3", endpoint_url=self.endpoint or None, region_name=self.region or None, config=config, **keys
             )
         return self._client
 

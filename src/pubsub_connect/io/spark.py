@@ -1,9 +1,13 @@
-"""SparkSession factory and the capability check that picks native vs. Python implementations.
+"""SparkSession factory and the capability check that picks native vs. fallback implementations.
 
 Why a capability object: the same pipeline code runs on Databricks (Spark's native ``kafka``
-source/sink and Delta are on the JVM) and locally on a pip-installed PySpark that has neither
-(no Maven access, so no jars). Pipelines ask :func:`capabilities` once per session and call the
-``io`` functions, which choose the implementation; nothing else in the code branches on it.
+source/sink and Delta are on the JVM) and locally on a pip-installed PySpark, which ships neither.
+A local session loads both from Maven Central (:data:`SPARK_CONNECTORS`, resolved once into the
+cache of :mod:`pubsub_connect.io.artifacts`, offline afterwards), so locally the engine is the one
+Databricks runs. Only where the jars cannot be had (no artifact repository) does the session start
+without them, saying so in one line; then the project's Python Kafka source and delta-rs stand
+in. Pipelines ask :func:`capabilities` once per session and call the ``io`` functions, which
+choose the implementation; nothing else in the code branches on it.
 """
 
 from __future__ import annotations
@@ -12,7 +16,10 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pubsub_connect.io import artifacts
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -53,6 +60,11 @@ QUERY_FAILURE_LOGGERS = (
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4.1+
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",  # Spark 3.x, 4.0
 )
+
+#: Delta Lake's SQL extension and catalog: what makes ``format("delta")``, ``DESCRIBE HISTORY``
+#: and Delta's transaction ids work in a plain Spark session.
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 # Worker keys that choose an implementation explicitly (``auto`` = detect).
 KAFKA_IMPLEMENTATIONS = ("auto", "native", "python")
@@ -141,9 +153,94 @@ def resolve_capabilities(detected: Capabilities, kafka_impl: str = "auto", table
     return Capabilities(native_kafka, native_delta, detected.databricks)
 
 
+def _pyspark_version() -> str:
+    import pyspark
+
+    return pyspark.__version__
+
+
+def _delta_version() -> str:
+    """The Delta Lake release that pairs with the installed ``delta-spark`` Python package (the jar
+    and the Python API must be the same release, as ``configure_spark_with_delta_pip`` assumes)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("delta-spark")
+    except PackageNotFoundError:
+        return DEFAULT_DELTA_VERSION
+
+
+#: Used when the ``delta-spark`` Python package is absent (the Delta jar alone still works).
+DEFAULT_DELTA_VERSION = "4.4.0"
+
+
+def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.ArtifactSet:
+    """Spark's Kafka connector and Delta Lake for the installed PySpark: the same coordinates as
+    ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>``.
+    """
+    spark_version = _pyspark_version()
+    major_minor = ".".join(spark_version.split(".")[:2])
+    coordinates = []
+    if kafka:
+        coordinates.append(artifacts.Coordinate("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark_version))
+    if delta:
+        coordinates.append(artifacts.Coordinate("io.delta", f"delta-spark_{major_minor}_2.13", _delta_version()))
+    name = "spark-" + "-".join(part for part, on in (("kafka", kafka), ("delta", delta)) if on)
+    return artifacts.ArtifactSet(name, tuple(coordinates), provided_dirs=(artifacts.pyspark_jars_dir(),))
+
+
+def _merge_list(conf: dict[str, str], key: str, values: list[str], sep: str = ",") -> None:
+    existing = [v for v in conf.get(key, "").split(sep) if v]
+    conf[key] = sep.join([*values, *[v for v in existing if v not in values]])
+
+
+def local_connector_conf(conf: dict[str, str], kafka_impl: str = "auto", table_impl: str = "auto",
+                         report: Any = None) -> dict[str, str]:
+    """``conf`` plus the jars and Delta settings of the native engine, when they can be had.
+
+    ``kafka_impl``/``table_impl`` (``pipeline.kafka.implementation`` and
+    ``pipeline.tables.implementation``) say which are wanted; ``auto`` falls back to the stand-ins
+    with one line through ``report`` (default: a warning) when resolution fails, while an explicit
+    ``native``/``delta-spark`` raises :class:`~pubsub_connect.io.artifacts.ArtifactError`.
+    """
+    want_kafka = kafka_impl != "python"
+    want_delta = table_impl != "delta-rs"
+    out = dict(conf)
+    if not (want_kafka or want_delta) or out.get("spark.jars.packages"):
+        return out  # nothing to add, or the user resolves packages the Spark way themselves
+    repositories = [r for r in out.get("spark.jars.repositories", "").split(",") if r]
+    try:
+        jars = artifacts.resolve(spark_connectors(want_kafka, want_delta), repositories)
+    except artifacts.ArtifactError as exc:
+        if kafka_impl == "native" or table_impl == "delta-spark":
+            raise
+        message = (f"Spark's Kafka connector and Delta Lake are not available ({exc}); "
+                   "using the fallback: python kafka source, delta-rs")
+        (report or log.warning)(message)
+        return out
+    _merge_list(out, "spark.jars", [str(j) for j in jars])
+    if want_delta:
+        _merge_list(out, "spark.sql.extensions", [DELTA_EXTENSION])
+        out.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+    return out
+
+
+#: The local driver's logging: warnings on stderr without the start-up chatter (see the file).
+LOCAL_LOG4J2 = Path(__file__).with_name("log4j2-local.properties")
+
+
+def _add_java_option(conf: dict[str, str], key: str, option: str) -> None:
+    """Append ``option`` to a JVM options setting unless the user set that property already."""
+    existing = conf.get(key, "")
+    name = option.split("=", 1)[0]
+    if name not in existing:
+        conf[key] = f"{existing} {option}".strip()
+
+
 def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pubsub-connect",
-                  master: str | None = None) -> SparkSession:
-    """Return the active session on a cluster, or build a local one with :data:`LOCAL_DEFAULTS`.
+                  master: str | None = None, kafka_impl: str = "auto", table_impl: str = "auto") -> SparkSession:
+    """Return the active session on a cluster, or build a local one with :data:`LOCAL_DEFAULTS`
+    and the native engine's jars (:func:`local_connector_conf`).
 
     Any ``spark.*`` key from the worker config overrides the defaults (and ``spark.master``
     picks the master). On Databricks the existing session is reused and only runtime-settable
@@ -166,8 +263,13 @@ def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pub
     # are pickled by reference and imported on the worker side).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # Loopback, as spark.driver.host says; also spares the "hostname resolves to a loopback
+    # address" warning of every start.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = local_connector_conf({**LOCAL_DEFAULTS, **conf}, kafka_impl, table_impl)
+    _add_java_option(conf, "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOCAL_LOG4J2}")
     builder = SparkSession.builder.appName(app_name).master(master or conf.pop("spark.master", "local[*]"))
-    for key, value in {**LOCAL_DEFAULTS, **conf}.items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(conf.get("spark.log.level", "WARN"))

@@ -230,20 +230,36 @@ class SparkDeltaTableStore(TableStore):
         else:
             writer.save(self.path(table))
 
+    def location(self, table: TableRef) -> str:
+        """Where the table's files (and ``_delta_log``) are: its path, or a catalog table's location."""
+        name = self.table_name(table)
+        if not name:
+            return self.path(table)
+        return str(self.spark.sql(f"DESCRIBE DETAIL {name}").select("location").first()[0])
+
     def committed_version(self, table: TableRef, app_id: str) -> int | None:
+        """The version Delta itself recorded for ``app_id`` (its ``SetTransaction``), read from the
+        table's current snapshot: the state Delta consults when it skips a replayed write.
+
+        ``DESCRIBE HISTORY`` cannot answer this: open-source Delta does not record the txn ids of a
+        WRITE in ``operationParameters``."""
         if not self.exists(table):
             return None
-        target = self.table_name(table) or f"delta.`{self.path(table)}`"
-        rows = self.spark.sql(f"DESCRIBE HISTORY {target}").collect()
-        best: int | None = None
-        for row in rows:
-            params = row["operationParameters"] or {}
-            if params.get("txnAppId") == app_id and params.get("txnVersion") is not None:
-                version = int(params["txnVersion"])
-                best = version if best is None else max(best, version)
-        return best
+        location = self.location(table)
+        versions = _jvm_transactions(self.spark, location)
+        if versions is None:  # no py4j JVM (Spark Connect, shared clusters): read the log itself
+            versions = _log_transactions(self.spark, location)
+        version = versions.get(app_id)
+        return None if version is None else int(version)
 
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
+        """Append with Delta's ``txnAppId``/``txnVersion``. Delta would skip a replayed version
+        silently; the recorded version is read first so that a skip is reported (False)."""
+        committed = self.committed_version(table, app_id)
+        if committed is not None and committed >= batch_id:
+            log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
+                     app_id, committed)
+            return False
         writer = (df.write.format("delta").mode("append").option("txnAppId", app_id)
                   .option("txnVersion", str(batch_id)).option("mergeSchema", "false"))
         name = self.table_name(table)
@@ -264,6 +280,79 @@ class SparkDeltaTableStore(TableStore):
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
         name = self.table_name(table)
         return reader.table(name.replace("`", "")) if name else reader.load(self.path(table))
+
+
+#: The Delta log class: open-source Delta Lake, then the Databricks Runtime's.
+DELTA_LOG_CLASSES = ("org.apache.spark.sql.delta.DeltaLog", "com.databricks.sql.transaction.tahoe.DeltaLog")
+
+
+def _jvm_transactions(spark: SparkSession, location: str) -> dict[str, int] | None:
+    """``{appId: version}`` of the table's newest snapshot through Delta's JVM API; None when the
+    session has no py4j JVM or no Delta log class."""
+    try:
+        jvm = spark.sparkContext._jvm  # type: ignore[attr-defined]
+    except Exception:  # Spark Connect has no SparkContext
+        return None
+    if jvm is None:
+        return None
+    for class_name in DELTA_LOG_CLASSES:
+        delta_log = jvm
+        for part in class_name.split("."):
+            delta_log = getattr(delta_log, part)
+        try:
+            snapshot = delta_log.forTableWithSnapshot(spark._jsparkSession, location)._2()
+        except Exception as exc:
+            if "does not exist" in str(exc) or "not callable" in str(exc):
+                continue  # this runtime has the other class
+            raise
+        transactions = snapshot.transactions()
+        out: dict[str, int] = {}
+        keys = transactions.keys().iterator()
+        while keys.hasNext():
+            key = keys.next()
+            out[str(key)] = int(transactions.apply(key))
+        return out
+    return None
+
+
+def _log_transactions(spark: SparkSession, location: str) -> dict[str, int]:
+    """``{appId: version}`` read from ``_delta_log`` with Spark: the newest classic checkpoint's
+    ``txn`` actions, then those of every JSON commit after it (the later one wins)."""
+    from pyspark.sql import functions as F
+
+    log_dir = _join(location, "_delta_log")
+    after = -1
+    sources = []
+    try:
+        last = spark.read.json(_join(log_dir, "_last_checkpoint")).first()
+    except Exception:  # no checkpoint yet
+        last = None
+    if last is not None and last["version"] is not None:
+        after = int(last["version"])
+        parts = last["parts"] if "parts" in last.asDict() and last["parts"] else None
+        pattern = (f"{after:020d}.checkpoint.*.parquet" if parts else f"{after:020d}.checkpoint.parquet")
+        checkpoint = spark.read.parquet(_join(log_dir, pattern)).where("txn IS NOT NULL")
+        sources.append(checkpoint.select(F.lit(after).alias("commit"), "txn.appId", "txn.version"))
+    commits = (spark.read.json(_join(log_dir, "*.json")).withColumn("file", F.input_file_name())
+               .where("txn IS NOT NULL")
+               .select(F.regexp_extract("file", r"(\d{20})\.json$", 1).cast("long").alias("commit"),
+                       "txn.appId", "txn.version")
+               .where(F.col("commit") > after)) if _has_txn_commits(spark, log_dir) else None
+    if commits is not None:
+        sources.append(commits)
+    out: dict[str, int] = {}
+    for source in sources:
+        for row in source.orderBy("commit").collect():
+            out[str(row["appId"])] = int(row["version"])
+    return out
+
+
+def _has_txn_commits(spark: SparkSession, log_dir: str) -> bool:
+    """Whether any JSON commit carries a ``txn`` action (reading a column that no file has fails)."""
+    try:
+        return "txn" in spark.read.json(_join(log_dir, "*.json")).columns
+    except Exception:
+        return False
 
 
 def table_store(spark: SparkSession, root: str, caps: Capabilities, catalog: str | None = None,

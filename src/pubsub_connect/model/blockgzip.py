@@ -8,7 +8,11 @@ while a sibling ``.index.json`` records where each member (a *block*, called a *
 index) starts, so a range read of one block decompresses on its own.
 
 This module is pure: no paths, no network, no clocks. The writer emits compressed bytes into a
-binary sink the caller supplies (a staged file in ``local.buffer.dir``, or memory in tests).
+binary sink the caller supplies (a staged file in ``local.buffer.dir``, or memory in tests). The
+same block-cutting code also runs without compressing (:class:`BlockSizer`), and
+:class:`FilePlanner` applies the rotation rules with it: the archive decides where files end
+before compressing anything, and can carry that decision from one process to the next as a few
+numbers (:class:`OpenFile`).
 
 Layout
 ------
@@ -285,43 +289,71 @@ def parse_object_key(key: str, prefix: str = "") -> ArchiveName | None:
 # --------------------------------------------------------------------------------------------
 
 
-class BlockGzipWriter:
-    """Writes one file: records in, gzip members out to ``sink``, index chunks collected.
+@dataclass(frozen=True)
+class BlockState:
+    """Where a file's blocks stand after some records, without their bytes.
 
-    Why a streaming writer: a file holds up to ``chunks.per.file`` times 64 MiB of records, so
-    compressed bytes go to the sink as they are produced and only about 1 MiB of pending lines
-    is kept in memory.
+    Why: a file can span micro-batches while its records are cut into blocks in different
+    processes. These few numbers are all a :class:`BlockSizer` needs to go on cutting exactly
+    where a writer that had seen every record would (the compressed bytes are not needed to
+    decide a cut: blocks close on uncompressed sizes and offsets only).
     """
 
-    __slots__ = ("_block_bytes", "_block_first", "_block_records", "_chunks", "_compressor", "_level",
-                 "_next_offset", "_pending", "_pending_bytes", "_position", "_sink", "block_size",
-                 "num_records")
+    num_records: int = 0
+    num_chunks: int = 0
+    block_bytes: int = 0
+    block_records: int = 0
+    block_first: int = -1
+    next_offset: int = -1
 
-    def __init__(self, sink: BinaryIO, block_size: int = DEFAULT_BLOCK_SIZE, level: int = DEFAULT_LEVEL):
+    def to_json(self) -> dict[str, int]:
+        return {"num_records": self.num_records, "num_chunks": self.num_chunks, "block_bytes": self.block_bytes,
+                "block_records": self.block_records, "block_first": self.block_first,
+                "next_offset": self.next_offset}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> BlockState:
+        return cls(**{key: int(doc[key]) for key in cls().to_json()})
+
+
+class BlockCutter:
+    """Where blocks close: the record accounting shared by :class:`BlockGzipWriter` (which
+    compresses) and :class:`BlockSizer` (which only counts).
+
+    Why one class for both: the archive decides where a *file* closes (``chunks.per.file``)
+    before it compresses anything, and that decision must match the writer's block cuts byte
+    for byte. Sharing the code, rather than re-deriving the rules, makes a mismatch impossible.
+    Subclasses receive the bytes of the open block through :meth:`_emit` and close a gzip member
+    in :meth:`_seal`.
+    """
+
+    __slots__ = ("_block_bytes", "_block_first", "_block_records", "_next_offset", "_num_chunks", "_pending",
+                 "_pending_bytes", "block_size", "num_records")
+
+    def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, state: BlockState | None = None):
         if block_size < 1:
             raise ValueError(f"block size must be at least 1 byte, got {block_size}")
-        self._sink = sink
+        state = state or BlockState()
         self.block_size = block_size
-        self._level = level
-        self._chunks: list[Chunk] = []
-        self._position = 0  # compressed bytes written to the sink
-        self._compressor: Any = None  # zlib.Compress (not a public type)
         self._pending: list[bytes] = []
         self._pending_bytes = 0
-        self._block_bytes = 0
-        self._block_records = 0
-        self._block_first = -1
-        self._next_offset = -1
-        self.num_records = 0
+        self._num_chunks = state.num_chunks
+        self._block_bytes = state.block_bytes
+        self._block_records = state.block_records
+        self._block_first = state.block_first
+        self._next_offset = state.next_offset
+        self.num_records = state.num_records
 
     @property
-    def chunks(self) -> list[Chunk]:
-        """Closed blocks so far."""
-        return list(self._chunks)
+    def state(self) -> BlockState:
+        """The accounting so far (see :class:`BlockState`)."""
+        return BlockState(self.num_records, self._num_chunks, self._block_bytes, self._block_records,
+                          self._block_first, self._next_offset)
 
     @property
     def num_chunks(self) -> int:
-        return len(self._chunks)
+        """Closed blocks so far."""
+        return self._num_chunks
 
     @property
     def next_offset(self) -> int:
@@ -331,6 +363,13 @@ class BlockGzipWriter:
     @property
     def open_block_records(self) -> int:
         return self._block_records
+
+    def _emit(self, data: bytes | memoryview) -> None:
+        """Bytes of the open block, in order (lines with their LF)."""
+
+    def _seal(self) -> Chunk:
+        """The open block is complete: end its gzip member and describe it."""
+        return Chunk(self._block_bytes, self._block_records, 0, 0, self._block_first)
 
     def append(self, offset: int, value: bytes | None) -> None:
         """Add one record. Offsets must increase; a gap closes the open block first."""
@@ -378,12 +417,12 @@ class BlockGzipWriter:
             raise ValueError(f"{len(offsets)} offsets for {n} values")
         start = 0
         while start < n:
-            if max_chunks is not None and len(self._chunks) >= max_chunks:
+            if max_chunks is not None and self._num_chunks >= max_chunks:
                 break
             first = offsets[start]
             end = n
             consecutive = offsets[n - 1] - first == n - 1 - start and (
-                assume_sorted or offsets[start:] == list(range(first, first + n - start)))
+                assume_sorted or list(offsets[start:]) == list(range(first, first + n - start)))
             if not consecutive:
                 end = start + 1  # a gap (or disorder, rejected below): take the consecutive run
                 while end < n and offsets[end] == offsets[end - 1] + 1:
@@ -417,7 +456,7 @@ class BlockGzipWriter:
         position = 0
         done = 0
         while done < n:
-            if max_chunks is not None and len(self._chunks) >= max_chunks:
+            if max_chunks is not None and self._num_chunks >= max_chunks:
                 break
             if not self._block_records:
                 self._block_first = first + done
@@ -427,7 +466,7 @@ class BlockGzipWriter:
             else:
                 cut = blob.index(LF, position + room - 1) + 1  # the line that reaches the size
                 records = blob.count(LF, position, cut)
-            self._feed_bytes(view[position:cut])
+            self._emit(view[position:cut])
             self._block_bytes += cut - position
             self._block_records += records
             self.num_records += records
@@ -438,7 +477,69 @@ class BlockGzipWriter:
                 self.close_block()
         return done
 
-    def _feed_bytes(self, data: bytes | memoryview) -> None:
+    def _feed(self) -> None:
+        self._pending.append(b"")  # so the join ends with LF
+        data = LF.join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._emit(data)
+
+    def close_block(self) -> Chunk | None:
+        """Finish the open block; returns its index entry (None if no block is open)."""
+        if not self._block_records:
+            return None
+        self._feed()
+        chunk = self._seal()
+        self._num_chunks += 1
+        self._block_bytes = 0
+        self._block_records = 0
+        return chunk
+
+
+class BlockSizer(BlockCutter):
+    """Cuts blocks like :class:`BlockGzipWriter` without compressing: it only counts.
+
+    Used to decide where files close (a file closes after ``chunks.per.file`` blocks) before
+    paying for compression, and to continue that decision in another process from a
+    :class:`BlockState`.
+    """
+
+    __slots__ = ()
+
+    def _feed(self) -> None:
+        self._pending.clear()
+        self._pending_bytes = 0
+
+    def finish(self) -> BlockState:
+        """Close the open block; returns the final accounting."""
+        self.close_block()
+        return self.state
+
+
+class BlockGzipWriter(BlockCutter):
+    """Writes one file: records in, gzip members out to ``sink``, index chunks collected.
+
+    Why a streaming writer: a file holds up to ``chunks.per.file`` times 64 MiB of records, so
+    compressed bytes go to the sink as they are produced and only about 1 MiB of pending lines
+    is kept in memory.
+    """
+
+    __slots__ = ("_chunks", "_compressor", "_level", "_position", "_sink")
+
+    def __init__(self, sink: BinaryIO, block_size: int = DEFAULT_BLOCK_SIZE, level: int = DEFAULT_LEVEL):
+        super().__init__(block_size)
+        self._sink = sink
+        self._level = level
+        self._chunks: list[Chunk] = []
+        self._position = 0  # compressed bytes written to the sink
+        self._compressor: Any = None  # zlib.Compress (not a public type)
+
+    @property
+    def chunks(self) -> list[Chunk]:
+        """Closed blocks so far."""
+        return list(self._chunks)
+
+    def _emit(self, data: bytes | memoryview) -> None:
         if self._compressor is None:
             self._compressor = zlib.compressobj(self._level, zlib.DEFLATED, _GZIP_WBITS)
         out = self._compressor.compress(data)
@@ -446,29 +547,15 @@ class BlockGzipWriter:
             self._sink.write(out)
             self._position += len(out)
 
-    def _feed(self) -> None:
-        self._pending.append(b"")  # so the join ends with LF
-        data = LF.join(self._pending)
-        self._pending.clear()
-        self._pending_bytes = 0
-        self._feed_bytes(data)
-
-    def close_block(self) -> Chunk | None:
-        """Finish the open block as one gzip member; returns its index entry (None if empty)."""
-        if not self._block_records:
-            return None
-        self._feed()
+    def _seal(self) -> Chunk:
         assert self._compressor is not None
         out = self._compressor.flush(zlib.Z_FINISH)
         self._sink.write(out)
         self._position += len(out)
         start = self._chunks[-1].byte_end if self._chunks else 0
-        chunk = Chunk(self._block_bytes, self._block_records, self._position - start, start,
-                      self._block_first)
+        chunk = Chunk(self._block_bytes, self._block_records, self._position - start, start, self._block_first)
         self._chunks.append(chunk)
         self._compressor = None
-        self._block_bytes = 0
-        self._block_records = 0
         return chunk
 
     def finish(self) -> list[Chunk]:
@@ -568,3 +655,117 @@ class RotationPolicy:
         """True when a file with that many records and closed blocks must close now."""
         by_count = bool(self.flush_size) and num_records >= self.flush_size
         return by_count or num_chunks >= self.chunks_per_file
+
+
+@dataclass(frozen=True)
+class OpenFile:
+    """A file that holds records but that no rotation rule has closed yet: its first record
+    (which names it) and its block accounting. Small enough to travel between processes."""
+
+    first_offset: int
+    first_timestamp_ms: int
+    blocks: BlockState
+
+    @property
+    def num_records(self) -> int:
+        return self.blocks.num_records
+
+    @property
+    def next_offset(self) -> int:
+        """Offset after the file's last record so far."""
+        return self.blocks.next_offset
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first_offset": self.first_offset, "first_timestamp_ms": self.first_timestamp_ms,
+                "blocks": self.blocks.to_json()}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> OpenFile:
+        return cls(int(doc["first_offset"]), int(doc["first_timestamp_ms"]), BlockState.from_json(doc["blocks"]))
+
+
+@dataclass(frozen=True)
+class FileCut:
+    """A file closed by a rotation rule: what it holds, and where it ends in the records fed.
+
+    ``stop`` is the position, in the records of the :meth:`FilePlanner.feed` call that closed
+    it, just after the file's last record: 0 when the file ends with records fed earlier (a
+    ``rotate.interval.ms`` cut before the first new record).
+    """
+
+    first_offset: int
+    first_timestamp_ms: int
+    end_offset: int
+    num_records: int
+    num_chunks: int
+    stop: int
+
+
+class FilePlanner:
+    """Cuts one partition's records into files by the :class:`RotationPolicy`, without compressing.
+
+    Why plan first: the archive compresses a file only once it knows the file is complete, so
+    a file spanning several micro-batches is compressed once, in the batch that completes it,
+    instead of being compressed again every batch. The planner keeps only an :class:`OpenFile`
+    between calls, so planning can resume in another process.
+
+    Records must come in increasing offsets; ``flush.size`` and ``chunks.per.file`` close the
+    file after a record, ``rotate.interval.ms`` before the first record that is too far (in
+    record time) from the file's first record.
+    """
+
+    def __init__(self, policy: RotationPolicy, open_file: OpenFile | None = None):
+        self.policy = policy
+        self._first: tuple[int, int] | None = None
+        self._sizer: BlockSizer | None = None
+        if open_file is not None:
+            self._first = (open_file.first_offset, open_file.first_timestamp_ms)
+            self._sizer = BlockSizer(policy.block_size, open_file.blocks)
+
+    @property
+    def open_file(self) -> OpenFile | None:
+        if self._sizer is None or self._first is None:
+            return None
+        return OpenFile(self._first[0], self._first[1], self._sizer.state)
+
+    def feed(self, offsets: Sequence[int], timestamps: Sequence[int],
+             values: Sequence[bytes | None]) -> list[FileCut]:
+        """Plan more records; returns the files they complete, in order."""
+        policy = self.policy
+        cuts: list[FileCut] = []
+        n = len(offsets)
+        i = 0
+        while i < n:
+            if self._sizer is None or self._first is None:
+                self._sizer = BlockSizer(policy.block_size)
+                self._first = (offsets[i], timestamps[i])
+            sizer = self._sizer
+            limit = n
+            if policy.flush_size:
+                limit = min(limit, i + policy.flush_size - sizer.num_records)
+            rotate_at = None
+            if policy.rotate_interval_ms:
+                too_late = self._first[1] + policy.rotate_interval_ms
+                rotate_at = next((k for k in range(i, limit) if timestamps[k] >= too_late), None)
+                if rotate_at is not None:
+                    limit = rotate_at
+            if limit > i:
+                i += sizer.extend(offsets[i:limit], values[i:limit], max_chunks=policy.chunks_per_file,
+                                  assume_sorted=True)
+            if i == rotate_at or policy.full(sizer.num_records, sizer.num_chunks):
+                cuts.append(self._close(i))
+        return cuts
+
+    def close(self) -> FileCut | None:
+        """End of input: the open file as it is (None when there is none)."""
+        if self._sizer is None:
+            return None
+        return self._close(0)
+
+    def _close(self, stop: int) -> FileCut:
+        assert self._sizer is not None and self._first is not None
+        blocks = self._sizer.finish()
+        cut = FileCut(self._first[0], self._first[1], blocks.next_offset, blocks.num_records, blocks.num_chunks, stop)
+        self._sizer = None
+        self._first = None
+        return cut

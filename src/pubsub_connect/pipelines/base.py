@@ -12,6 +12,7 @@ connector module only declares its stages and the runner decides how to drive th
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -20,6 +21,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
@@ -60,6 +62,8 @@ class PipelineContext:
     progress: Callable[[str], None] = field(default=print)
     #: Cleanups registered by stages (e.g. a driver-side producer), run when the stage stops.
     closers: list[Callable[[], None]] = field(default_factory=list)
+    #: checkpoint location → its query id, read once per stage start (see :meth:`batch_app_id`).
+    _checkpoint_ids: dict[str, str] = field(default_factory=dict)
 
     def close_resources(self) -> None:
         run_closers(self.closers)
@@ -73,12 +77,30 @@ class PipelineContext:
         """Stream a previous stage's appends, bounded by ``pipeline.max.files.per.trigger``."""
         return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None)
 
+    def batch_app_id(self, config: ConnectorConfig, stage: str, part: str = "") -> str:
+        """The Delta transaction app id (and Kafka marker identity) of a stage's micro-batches:
+        ``<name>/<stage><part>@<query id>``.
+
+        Why the query id: Spark numbers micro-batches from 0 in a new checkpoint, and Delta skips
+        every write whose ``txnVersion`` is at or below the one stored for its app id. Were the
+        app id only ``<name>/<stage>``, deleting a checkpoint would make every later write a silent
+        no-op until the batch ids passed the old maximum. The query id is stored in the
+        checkpoint (``metadata``), the same for every restart from it and new with a new one.
+        Called from inside ``process``, when the query has written that file."""
+        checkpoint = self.store.checkpoint(config.name, stage)
+        query_id = self._checkpoint_ids.get(checkpoint)
+        if query_id is None:
+            query_id = self._checkpoint_ids[checkpoint] = checkpoint_query_id(self.spark, checkpoint)
+        return f"{config.name}/{stage}{part}@{query_id}"
+
     def start_batches(self, source: DataFrame, config: ConnectorConfig, stage: str,
                       process: Callable[[DataFrame, int], None]) -> StreamingQuery:
         """Start a stage: ``process(batch, batch_id)`` for every micro-batch of ``source``, with
         the stage's checkpoint (its Connect offsets), name and this run's trigger."""
+        checkpoint = self.store.checkpoint(config.name, stage)
+        self._checkpoint_ids.pop(checkpoint, None)  # re-read: the checkpoint may have been replaced
         return (source.writeStream.foreachBatch(process)
-                .option("checkpointLocation", self.store.checkpoint(config.name, stage))
+                .option("checkpointLocation", checkpoint)
                 .queryName(query_name(config, stage))
                 .trigger(**self.trigger())
                 .start())
@@ -90,6 +112,24 @@ class PipelineContext:
         for key, value in self.worker.client_conf(prefix).items():
             options[f"kafka.{key}"] = value
         return options
+
+
+def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
+    """The streaming query id a checkpoint was created with (its ``metadata`` file, JSON
+    ``{"id": …}``), read directly for a local path and through Spark for any other."""
+    metadata = _join_location(checkpoint, "metadata")
+    try:
+        if "://" in checkpoint:
+            text = "".join(row[0] for row in spark.read.text(metadata).collect())
+        else:
+            text = Path(metadata).read_text()
+        return str(json.loads(text)["id"])
+    except Exception as exc:
+        raise ConnectorError(f"cannot read the query id of checkpoint {checkpoint}: {exc}") from exc
+
+
+def _join_location(root: str, name: str) -> str:
+    return f"{root.rstrip('/')}/{name}" if "://" in root else str(Path(root) / name)
 
 
 StageFn = Callable[[PipelineContext, ConnectorConfig], "StreamingQuery"]

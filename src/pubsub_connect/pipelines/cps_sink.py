@@ -65,7 +65,6 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(outbox, PUBSUB_OUTBOX)
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
-    app_id = f"{config.name}/convert"
 
     def process(batch: DataFrame, batch_id: int) -> None:
         # persisted: the conversion runs once although the DLQ count and the outbox append both
@@ -74,7 +73,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         try:
             good, bad = split_converted(converted)
             dead_letter(ctx, config, dlq, bad, batch_id)
-            ctx.store.append_batch(outbox, good, app_id, batch_id)
+            ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             converted.unpersist()
 

@@ -10,7 +10,7 @@
    outbox already holds); bad messages → ``dlq/<name>``.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch, with a
    marker that makes a replayed batch a no-op: no duplicates in Kafka for ``read_committed``
-   consumers.
+   consumers (:mod:`pubsub_connect.pipelines.kafka_produce`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -28,7 +27,6 @@ from pyspark.sql import functions as F
 
 from pubsub_connect.config import ConfigError, ConnectorConfig
 from pubsub_connect.io import pubsub
-from pubsub_connect.io.kafka_txn import OutRecord, TransactionalBatchWriter
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.model.cps_source import (
     CpsSourceSettings,
@@ -37,8 +35,9 @@ from pubsub_connect.model.cps_source import (
     to_kafka_outbox,
 )
 from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.base import PipelineContext, Stage, query_name
 from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.kafka_produce import produce_stage
 
 log = logging.getLogger(__name__)
 
@@ -286,7 +285,6 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     ctx.store.ensure(bronze, PUBSUB_BRONZE)
     ctx.store.ensure(outbox, KAFKA_OUTBOX)
     ctx.store.ensure(dlq, PUBSUB_DLQ)
-    app_id = f"{config.name}/convert"
 
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
@@ -301,7 +299,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             try:
                 good, bad = split_converted(fresh, converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
-                ctx.store.append_batch(outbox, good, app_id, batch_id)
+                ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
             finally:
                 converted.unpersist()
                 fresh.unpersist()
@@ -316,46 +314,9 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def producer_config(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, str]:
-    """confluent-kafka producer settings: worker ``producer.*`` then ``producer.override.*``."""
-    client = {"bootstrap.servers": ctx.worker.bootstrap_servers, **ctx.worker.client_conf("producer.")}
-    for key, value in config.passthrough.items():
-        if key.startswith("producer.override."):
-            client[key[len("producer.override."):]] = value
-    return client
-
-
-def outbox_records(batch: DataFrame) -> Iterator[OutRecord]:
-    """Outbox rows in publish order (then message id: deterministic on replay) as Kafka records."""
-    ordered = batch.orderBy("publish_time", "message_id")
-    for chunk in ordered.toArrow().to_batches(max_chunksize=10_000):
-        columns = chunk.to_pydict()
-        for key, value, headers, partition, timestamp in zip(columns["key"], columns["value"], columns["headers"],
-                                                             columns["partition"], columns["timestamp"],
-                                                             strict=True):
-            yield OutRecord(
-                key=key, value=value,
-                headers=[(h["key"], h["value"]) for h in headers] if headers else None,
-                partition=partition,
-                timestamp_ms=int(timestamp.timestamp() * 1000) if timestamp is not None else None,
-            )
-
-
 def produce(ctx: PipelineContext, config: ConnectorConfig) -> Any:
-    outbox = TableRef(OUTBOX, config.name)
-    ctx.store.ensure(outbox, KAFKA_OUTBOX)
-    writer = TransactionalBatchWriter(producer_config(ctx, config), f"pubsub-connect-{config.name}-produce",
-                                      str(config.get("kafka.topic")), str(ctx.worker.get("pipeline.offsets.topic")))
-    ctx.closers.append(writer.close)
-
-    def process(batch: DataFrame, batch_id: int) -> None:
-        try:
-            written = writer.write_batch(batch_id, outbox_records(batch))
-        except Exception as exc:
-            raise ConnectorError(f"produce of batch {batch_id} to {config.get('kafka.topic')} failed: {exc}") from exc
-        log.info("%s produce batch %d: %d records", config.name, batch_id, written)
-
-    return ctx.start_batches(ctx.read_table_stream(outbox), config, "produce", process)
+    """Outbox rows in publish order, then message id (deterministic on replay)."""
+    return produce_stage(ctx, config, KAFKA_OUTBOX, ("publish_time", "message_id"))
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

@@ -43,7 +43,7 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
         for row in bad.select(*order, "error_class", "error_message").collect():
             log.warning("%s: dead-lettered %s: %s: %s", config.name, _coordinates(row), row.error_class,
                         row.error_message)
-    ctx.store.append_batch(dlq, bad, f"{config.name}/convert-dlq", batch_id)
+    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
     topic = config.get("errors.deadletterqueue.topic.name")
     if topic:
         _produce_to_dlq_topic(ctx, config, bad, topic)

@@ -54,9 +54,8 @@ def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     records = read_kafka(ctx.spark, kafka_read_options(ctx, config), caps=ctx.caps)
     landed = records.select(*[F.col(f.name) for f in KAFKA_BRONZE.fields if f.name != "ingest_time"],
                             F.current_timestamp().alias("ingest_time"))
-    app_id = f"{config.name}/{STAGE}"
 
     def append(batch, batch_id: int) -> None:
-        ctx.store.append_batch(bronze, batch, app_id, batch_id)
+        ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, STAGE), batch_id)
 
     return ctx.start_batches(landed, config, STAGE, append)

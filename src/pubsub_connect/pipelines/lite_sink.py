@@ -208,7 +208,6 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(bronze, KAFKA_BRONZE)
     ctx.store.ensure(outbox, LITE_OUTBOX)
     ctx.store.ensure(dlq, KAFKA_DLQ)
-    app_id = f"{config.name}/convert"
 
     def process(batch: DataFrame, batch_id: int) -> None:
         # persisted: the Python conversion runs once although several actions read its result
@@ -216,7 +215,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         try:
             good, bad = split(converted)
             dead_letter(ctx, config, dlq, bad, batch_id)
-            ctx.store.append_batch(outbox, good, app_id, batch_id)
+            ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             converted.unpersist()
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import DataFrame
@@ -31,14 +32,13 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pubsub_connect.config import ConnectorConfig
-from pubsub_connect.io.kafka_txn import OutRecord, TransactionalBatchWriter
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
 from pubsub_connect.model.lite import kafka_outbox_batch
 from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
 from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage
-from pubsub_connect.pipelines.cps_source import producer_config
+from pubsub_connect.pipelines.kafka_produce import produce_stage
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -82,11 +82,11 @@ def read_options(ctx: PipelineContext, config: ConnectorConfig, floor: dict[int,
     )
 
 
-def batch_ends(rows: pa.Table) -> dict[int, int]:
-    """``{partition: next offset}`` after a micro-batch (Lite offsets are dense)."""
-    last = rows.group_by("partition").aggregate([("offset", "max")])
-    return {int(p): int(o) + 1 for p, o in zip(last.column("partition").to_pylist(),
-                                               last.column("offset_max").to_pylist(), strict=True)}
+def batch_ends(batch: DataFrame) -> dict[int, int]:
+    """``{partition: next offset}`` after a micro-batch (Lite offsets are dense): one small
+    aggregate per partition is all that reaches the driver."""
+    rows = batch.groupBy("partition").agg(F.max("offset").alias("last")).collect()
+    return {int(r.partition): int(r["last"]) + 1 for r in rows}
 
 
 def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
@@ -96,18 +96,21 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     floor = {} if _has_checkpoint(checkpoint) else resume_floor(ctx, bronze)
     opts = read_options(ctx, config, floor)
     cursors = OffsetClient(opts.connection, opts.subscription)
-    landed = read_lite(ctx.spark, opts).select(*_MESSAGE_COLUMNS, F.current_timestamp().alias("ingest_time"))
-    app_id = f"{config.name}/pull"
-    bronze_schema = to_arrow_schema(LITE_BRONZE, timezone="UTC")
+    landed = read_lite(ctx.spark, opts).select(
+        *[F.col(f.name).cast(f.dataType) for f in LITE_MESSAGE_FIELDS],
+        F.current_timestamp().alias("ingest_time"))
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        # One Spark job: the batch (bounded by flow control and pipeline.max.records.per.batch)
-        # comes to the driver once, is appended, and gives the cursors to commit.
-        rows = batch.toArrow().cast(bronze_schema)
-        if rows.num_rows == 0:
-            return
-        ctx.store.append_rows(bronze, rows, LITE_BRONZE, app_id, batch_id)
-        ends = batch_ends(rows)
+        # Persisted: the Lite read (bounded by flow control and pipeline.max.records.per.batch)
+        # runs once in the executors, for both the cursor positions and the append.
+        batch = batch.persist()
+        try:
+            ends = batch_ends(batch)
+            if not ends:
+                return
+            ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, "pull"), batch_id)
+        finally:
+            batch.unpersist()
         try:  # durable in bronze: only now may the subscription's cursors move
             cursors.commit(ends)
         except LiteIOError as exc:  # the checkpoint, not the cursor, is where this stage resumes
@@ -134,12 +137,29 @@ def kafka_partition_count(ctx: PipelineContext, topic: str) -> int:
     return len(found.partitions)
 
 
-def convert_batch(bronze_rows: pa.Table, num_partitions: int, round_robin_start: int) -> pa.Table:
-    """Bronze rows → Kafka outbox rows (``LITE_KAFKA_OUTBOX``), in Lite partition/offset order so
-    that the round-robin sequence is a function of the batch alone (replays match)."""
-    ordered = bronze_rows.sort_by([("partition", "ascending"), ("offset", "ascending")])
-    out, _ = kafka_outbox_batch(ordered, num_partitions=num_partitions, round_robin_start=round_robin_start)
-    return pa.Table.from_batches([out]).cast(to_arrow_schema(LITE_KAFKA_OUTBOX, timezone="UTC"))
+@dataclass(frozen=True)
+class OutboxPartition:
+    """``mapInArrow`` function: a whole micro-batch of bronze rows (one Spark partition, in Lite
+    partition/offset order) → Kafka outbox rows. The round-robin counter of null keys runs from
+    ``round_robin_start`` through the batch in that order, so a replayed batch maps the same."""
+
+    num_partitions: int
+    round_robin_start: int
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        counter = self.round_robin_start
+        schema = to_arrow_schema(LITE_KAFKA_OUTBOX, timezone="UTC")
+        for chunk in batches:
+            if chunk.num_rows == 0:
+                continue
+            out, counter = kafka_outbox_batch(chunk, num_partitions=self.num_partitions, round_robin_start=counter)
+            yield pa.Table.from_batches([out]).cast(schema).to_batches()[0]
+
+
+def to_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: int) -> DataFrame:
+    """Bronze rows → Kafka outbox rows (``LITE_KAFKA_OUTBOX``), computed in one executor task."""
+    ordered = bronze_rows.select(*_MESSAGE_COLUMNS).repartition(1).sortWithinPartitions("partition", "offset")
+    return ordered.mapInArrow(OutboxPartition(num_partitions, round_robin_start), LITE_KAFKA_OUTBOX)
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
@@ -147,15 +167,17 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(bronze, LITE_BRONZE)
     ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
     topic = str(config.get("kafka.topic"))
-    app_id = f"{config.name}/convert"
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        rows = batch.select(*_MESSAGE_COLUMNS).toArrow()
-        if rows.num_rows == 0:
-            return
-        # the outbox size as round-robin start: deterministic when this batch is replayed
-        out = convert_batch(rows, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox))
-        ctx.store.append_rows(outbox, out, LITE_KAFKA_OUTBOX, app_id, batch_id)
+        batch = batch.persist()  # read once: for the emptiness check and the conversion
+        try:
+            if batch.isEmpty():
+                return
+            # the outbox size as round-robin start: deterministic when this batch is replayed
+            out = to_outbox(batch, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox))
+            ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
+        finally:
+            batch.unpersist()
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
@@ -165,37 +187,9 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 # --------------------------------------------------------------------------------------------
 
 
-def outbox_records(batch: DataFrame) -> Iterator[OutRecord]:
-    """Outbox rows in Lite partition/offset order (per-partition order, deterministic on replay)
-    as Kafka records; timestamps in whole milliseconds from the stored microseconds. Sorted in
-    Arrow on the driver, where the rows go anyway: a Spark ``orderBy`` would scan the batch twice
-    (its range partitioner samples the input first)."""
-    ordered = batch.toArrow().sort_by([("lite_partition", "ascending"), ("lite_offset", "ascending")])
-    for chunk in ordered.to_batches(max_chunksize=10_000):
-        columns: dict[str, Any] = chunk.to_pydict()
-        stamps = chunk.column("timestamp").cast(pa.int64()).to_pylist()
-        for key, value, headers, partition, stamp in zip(columns["key"], columns["value"], columns["headers"],
-                                                         columns["partition"], stamps, strict=True):
-            yield OutRecord(key=key, value=value,
-                            headers=[(h["key"], h["value"]) for h in headers] if headers else None,
-                            partition=partition, timestamp_ms=None if stamp is None else stamp // 1000)
-
-
 def produce(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
-    outbox = TableRef(OUTBOX, config.name)
-    ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
-    topic = str(config.get("kafka.topic"))
-    writer = TransactionalBatchWriter(producer_config(ctx, config), f"pubsub-connect-{config.name}-produce",
-                                      topic, str(ctx.worker.get("pipeline.offsets.topic")))
-
-    def process(batch: DataFrame, batch_id: int) -> None:
-        try:
-            written = writer.write_batch(batch_id, outbox_records(batch))
-        except Exception as exc:
-            raise ConnectorError(f"produce of batch {batch_id} to {topic} failed: {exc}") from exc
-        log.info("%s produce batch %d: %d records", config.name, batch_id, written)
-
-    return ctx.start_batches(ctx.read_table_stream(outbox), config, "produce", process)
+    """Outbox rows in Lite partition/offset order: each Lite partition's order is kept."""
+    return produce_stage(ctx, config, LITE_KAFKA_OUTBOX, ("lite_partition", "lite_offset"))
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

@@ -41,9 +41,10 @@ def stages_for(kind: str) -> Sequence[Stage]:
 
 def build_context(worker: cfg.WorkerConfig, once: bool = True,
                   progress: Callable[[str], None] = print) -> PipelineContext:
-    spark = build_session(worker.spark_conf)
-    caps = capabilities(spark, worker.get("pipeline.kafka.implementation"),
-                        worker.get("pipeline.tables.implementation"))
+    kafka_impl = worker.get("pipeline.kafka.implementation")
+    table_impl = worker.get("pipeline.tables.implementation")
+    spark = build_session(worker.spark_conf, kafka_impl=kafka_impl, table_impl=table_impl)
+    caps = capabilities(spark, kafka_impl, table_impl)
     store = table_store(spark, worker.storage_root, caps, worker.get("storage.catalog"),
                         worker.get("storage.schema"))
     return PipelineContext(spark, worker, caps, store, once=once, progress=progress)

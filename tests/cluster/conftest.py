@@ -1,0 +1,64 @@
+"""Fixtures of the cluster tests: one Spark standalone cluster per session, a runner per test.
+
+The cluster (a master and two one-core workers, see :mod:`cluster.standalone`) is started only
+when a test asks for it, shared by every cluster test (a start costs two JVMs and ~10 s), and
+always stopped at the end of the session with everything it launched. Its start time is
+reported in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.runs import ClusterRunner
+from cluster.standalone import StandaloneCluster
+from lite_server import LiteServer
+
+#: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
+TIMINGS: dict[str, float] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Registers the marker here because ``pyproject.toml`` belongs to the whole project (and
+    ``--strict-markers`` rejects an unregistered one)."""
+    config.addinivalue_line(
+        "markers", "cluster: end-to-end tests on a local Spark standalone cluster (a master and two workers)")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS:
+        terminalreporter.write_sep("-", "spark standalone cluster")
+        for what, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """A master and two workers (1 core, 1 GB each) on loopback, work directories in the session's
+    tmp dir; killed with all their executors at the end of the session."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores=1, worker_memory="1g")
+    cluster.start()
+    TIMINGS["cluster start (master + 2 workers ALIVE)"] = cluster.started_in_s
+    try:
+        yield cluster
+    finally:
+        stopping = time.monotonic()
+        cluster.stop()
+        TIMINGS["cluster stop"] = time.monotonic() - stopping
+
+
+@pytest.fixture
+def cluster_runner(spark_cluster: StandaloneCluster, tmp_path: Path) -> ClusterRunner:
+    """Runs connectors on the cluster; its :attr:`~ClusterRunner.runs` are the test's evidence."""
+    return ClusterRunner(spark_cluster, tmp_path / "cluster-runs")
+
+
+@pytest.fixture(scope="module")
+def lite() -> Iterator[LiteServer]:
+    """The local Pub/Sub Lite server (in this process; the connectors reach it over TLS)."""
+    with LiteServer() as server:
+        yield server
