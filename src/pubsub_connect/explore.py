@@ -191,8 +191,10 @@ class SourceOffsets:
     """One source's position in a checkpoint's offset log entry.
 
     ``partitions`` is set for Kafka-style offsets (``{"topic": {"0": 42}}``: the next offset to
-    read, i.e. everything before it is done); ``table_version`` for Delta sources (native:
-    ``reservoirVersion``; delta-rs: ``version``, the last version included)."""
+    read, i.e. everything before it is done); ``table_version`` for Delta sources: the last table
+    version whose files were all read (native Delta's ``reservoirVersion`` points at the next
+    version with ``index`` -1 once a version is read whole; delta-rs: ``version``, the last
+    version included)."""
 
     index: int
     raw: Any
@@ -260,7 +262,9 @@ def parse_source_offset(index: int, text: str) -> SourceOffsets:
         parts = {(str(topic), int(p)): int(off) for topic, offs in raw.items() for p, off in offs.items()}
         return SourceOffsets(index, raw, dict(sorted(parts.items())))
     if isinstance(raw, dict) and "reservoirVersion" in raw:
-        return SourceOffsets(index, raw, table_version=int(raw["reservoirVersion"]))
+        version = int(raw["reservoirVersion"])
+        whole = int(raw.get("index", -1)) == -1 and not raw.get("isStartingVersion", False)
+        return SourceOffsets(index, raw, table_version=version - 1 if whole else version)
     if isinstance(raw, dict) and set(raw) == {"version"}:
         return SourceOffsets(index, raw, table_version=int(raw["version"]))
     return SourceOffsets(index, raw)

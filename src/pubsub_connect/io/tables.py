@@ -222,13 +222,18 @@ class SparkDeltaTableStore(TableStore):
     def ensure(self, table: TableRef, schema: StructType) -> None:
         if self.exists(table):
             return
-        empty = self.spark.createDataFrame([], schema)
-        writer = empty.write.format("delta").mode("ignore")
+        from delta.tables import DeltaTable
+
+        # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
+        # from the data its stages append
+        builder = DeltaTable.createIfNotExists(self.spark).addColumns(schema)
         name = self.table_name(table)
-        if name:
-            writer.saveAsTable(name.replace("`", ""))
-        else:
-            writer.save(self.path(table))
+        builder = builder.tableName(name.replace("`", "")) if name else builder.location(self.path(table))
+        try:
+            builder.execute()
+        except Exception as exc:  # a concurrent stage created it first
+            if not self.exists(table):
+                raise RuntimeError(f"cannot create table {name or self.path(table)}: {exc}") from exc
 
     def location(self, table: TableRef) -> str:
         """Where the table's files (and ``_delta_log``) are: its path, or a catalog table's location."""

@@ -163,7 +163,7 @@ class ArchiveSettings:
     @classmethod
     def from_config(cls, config: ConnectorConfig) -> ArchiveSettings:
         buffer_dir = Path(str(config.get("local.buffer.dir")))
-        # The seed requires the directory to exist: creating it silently could stage gigabytes
+        # The original connector requires the directory to exist: creating it silently could stage gigabytes
         # on the wrong disk because of a typo.
         if not buffer_dir.is_dir():
             raise ConnectorError(f"{config.source}: local.buffer.dir={str(buffer_dir)!r} does not exist "
