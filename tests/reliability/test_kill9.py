@@ -80,7 +80,7 @@ def test_kill_9_five_times_every_connector_keeps_its_promise(
     root = tmp_path / "root"
     worker = tmp_path / "worker.properties"
     worker.write_text(f"bootstrap.servers={kafka_bootstrap}\nstorage.root={root}\n"
-                      f"pipeline.max.records.per.batch={RECORDS_PER_BATCH}\npipeline.max.files.per.trigger=1\n"
+                      f"pipeline.max.records.per.batch={RECORDS_PER_BATCH}\n"
                       f"pipeline.trigger.interval.ms=100\npipeline.offsets.topic={unique_name}-offsets\n"
                       "spark.master=local[2]\nspark.sql.shuffle.partitions=2\nspark.default.parallelism=2\n")
     scenarios = [cps_sink(kafka_bootstrap, tmp_path, f"{unique_name}-ps"),
