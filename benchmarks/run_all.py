@@ -11,7 +11,7 @@ benchmark, the load average before and after (figures are only comparable at a s
 and drawn in ``benchmarks/results/summary.png`` when matplotlib is installed. ``--only`` re-runs
 some benchmarks and updates their entries in the existing summary.
 
-``--full`` uses the sizes of issue 8 (100k-record sink runs, larger conversion and latency runs);
+``--full`` uses the full sizes (100k-record sink runs, larger conversion and latency runs);
 the default sizes took about 12 minutes on 2 shared cores (load average ~4).
 """
 
@@ -163,7 +163,7 @@ def plot(bars: list[tuple[str, float, str]], path: Path, title: str) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="issue 8's sizes (slower)")
+    parser.add_argument("--full", action="store_true", help="the full sizes (slower)")
     parser.add_argument("--only", default="", help="comma-separated benchmark names")
     parser.add_argument("--timeout", type=float, default=1800, help="per benchmark, seconds")
     args = parser.parse_args()

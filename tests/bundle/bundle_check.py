@@ -57,7 +57,7 @@ ARTIFACT_KEYS = {"type", "path", "build", "files", "executable", "dynamic_versio
 BUNDLE_PERMISSION_LEVELS = {"CAN_VIEW", "CAN_RUN", "CAN_MANAGE"}
 PRINCIPAL_KEYS = ("user_name", "group_name", "service_principal_name")
 
-#: Stage names per connector kind, in pipeline order (DESIGN.md / pipelines/runtime.py).
+#: Stage names per connector kind, in pipeline order (pipelines/runtime.py).
 STAGES = {
     "cps_sink": ("ingest", "convert", "publish"),
     "cps_source": ("pull", "convert", "produce"),

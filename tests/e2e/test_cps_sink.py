@@ -1,7 +1,7 @@
 """Cloud Pub/Sub sink, end to end: real Apache Kafka broker → Delta → Google's Pub/Sub emulator.
 
 Each test produces to its own Kafka topic and reads back with plain clients, asserting exact
-message bodies and attribute maps (the data model of Google's connector, issue 4's examples).
+message bodies and attribute maps (the data model of Google's connector).
 """
 
 from __future__ import annotations

@@ -449,7 +449,7 @@ def test_standalone_server_process(tmp_path: Path) -> None:
 
 
 def test_model_round_trip_through_the_server(lite: LiteServer, tag: str) -> None:
-    """Issue 5's sink example stored by the server and read back by the source mapping."""
+    """The sink example stored by the server and read back by the source mapping."""
     from pubsub_connect.model.connect import SchemaAndValue
     from pubsub_connect.model.lite import LiteReceived, LiteSinkRecord, sink_message, source_record
 

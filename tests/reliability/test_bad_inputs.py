@@ -1,4 +1,4 @@
-"""Bad-input corpus for the Cloud Pub/Sub sink, end to end (issue 8, reliability suite).
+"""Bad-input corpus for the Cloud Pub/Sub sink, end to end (reliability suite).
 
 The corpus is data: ``fixtures/bad_inputs/cases.jsonl`` (one case per line) and ``groups.json``
 (the converter settings each case is read with, and the good record interleaved with the cases).
@@ -50,7 +50,7 @@ from pubsub_connect.pipelines.cps_sink import sink_settings
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "bad_inputs"
 OUTCOMES = ("dlq", "published", "nothing")
-#: What issue 8 names explicitly; the corpus must keep covering each (case names).
+#: The kinds of bad input named explicitly; the corpus must keep covering each (case names).
 REQUIRED_CASES = (
     "json_truncated", "json_payload_type_mismatch", "integer_3_bytes", "value_11_mb", "headers_150",
     "header_key_300_bytes", "key_non_utf8", "null_everything", "json_unknown_field_type", "json_nested_struct",

@@ -1,6 +1,6 @@
 """Secrets never leak: ``gcp.credentials.json`` in validate output, run output, logs, Delta tables.
 
-Issue 8: "run with ``gcp.credentials.json`` set and assert it never appears in logs, progress
+The requirement: "run with ``gcp.credentials.json`` set and assert it never appears in logs, progress
 output, ``validate`` output, or Delta tables". The credential is a fake but well-formed service
 account JSON whose private key and key id carry a recognisable marker. With
 ``cps.useEmulator=true`` the emulator ignores credentials, so the sink really runs end to end

@@ -251,7 +251,7 @@ def test_column_path_runs_no_python(corpus_df: Any) -> None:
 
 
 def test_issue_examples_through_the_batch_path(spark: Any) -> None:
-    """Issue 4's headline examples, asserted literally on the DataFrame output."""
+    """The data model's headline examples, asserted literally on the DataFrame output."""
     records = [
         KafkaRecord(b"dog", b"fox", "brown", 4, 1000, 50000),
         KafkaRecord(b"dog", b"fox", "brown", 4, 1001, None),

@@ -1,4 +1,4 @@
-"""The Pub/Sub sink data model, per record (issue 4 "Data model"): the reference implementation."""
+"""The Pub/Sub sink data model, per record: the reference implementation."""
 
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def rec(value: bytes | None, key: bytes | None = b"dog", **kw: Any) -> KafkaReco
     return KafkaRecord(key=key, value=value, **fields)
 
 
-# ------------------------------------------------------------------------------ issue 4 examples
+# ------------------------------------------------------------------------ data model examples
 
 
 @pytest.mark.parametrize("example", load_examples(), ids=lambda e: e["name"])

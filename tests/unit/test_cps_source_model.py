@@ -1,4 +1,4 @@
-"""Cloud Pub/Sub source data model, per-record reference (issue 9, "Data model").
+"""Cloud Pub/Sub source data model, per-record reference.
 
 Every literal here is an exact expected value. The Java hash values (and ``Math.abs(h) % 3`` = -2
 for ``polygenelubricants``, ``Long.valueOf`` acceptance) were printed by OpenJDK 17 itself.

@@ -323,7 +323,7 @@ def test_matches_jdk_golden(kind: str, bits: str, expected: str) -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (to_float32(1.1), "1.100000023841858"),  # issue 5: FLOAT32 1.1 widened to double
+        (to_float32(1.1), "1.100000023841858"),  # FLOAT32 1.1 widened to double
         (1e7, "1.0E7"),
         (2.5, "2.5"),
         (to_float32(1e7), "1.0E7"),

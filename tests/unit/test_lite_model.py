@@ -1,4 +1,4 @@
-"""Pub/Sub Lite data model (issue 5): exact bytes for primitives, parsed protobuf ``Value`` for
+"""Pub/Sub Lite data model: exact bytes for primitives, parsed protobuf ``Value`` for
 ARRAY/MAP/STRUCT payloads (their serialized map order is not part of the contract)."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def parsed(data: bytes) -> dict | list | str | float | bool | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# The examples of issue 5
+# The data model's examples
 # ----------------------------------------------------------------------------------------------
 
 

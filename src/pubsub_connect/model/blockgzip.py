@@ -19,19 +19,19 @@ Layout
 - A record is one line: its value bytes followed by LF (``0x0A``). Values are written as bytes,
   never decoded or re-encoded.
 - A block closes once its *uncompressed* bytes (lines including their LF) reach
-  ``compressed_block_size`` (the seed's name; it is a size of uncompressed input). A record is
+  ``compressed_block_size`` (the original's name; it is a size of uncompressed input). A record is
   never split, so a block can exceed the size by at most one record.
 - A block also closes before a record whose offset is not the previous offset + 1 (a gap left by
   compaction or by transaction markers). Why: the index only has ``first_record_offset`` and
   ``num_records`` per block, so records inside a block must have consecutive offsets for
   "offset N is line N - first_record_offset" to hold; the original connector silently assumed
-  it. With this rule the index is exact on every topic and still has the seed's exact shape.
+  it. With this rule the index is exact on every topic and still has the original's exact shape.
 - Each block is compressed with zlib at level 6 using the gzip wrapper. zlib writes a fixed
   header (mtime 0, no file name), so the same records always produce the same bytes: a retried
   upload rewrites an identical object.
 
 Index: ``{"chunks":[{"byte_length_uncompressed":…,"num_records":…,"byte_length":…,
-"byte_offset":…,"first_record_offset":…},…]}`` — exactly the seed's keys, in its order.
+"byte_offset":…,"first_record_offset":…},…]}`` — exactly the original's keys, in its order.
 
 File names: ``<prefix><yyyy-mm-dd>/<topic>-<partition %05d>-<first offset %012d>.gz`` and the
 same with ``.index.json``. The date is the UTC date of the file's *first record timestamp*, not
@@ -141,7 +141,7 @@ def split_lines(data: bytes) -> list[bytes]:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One block of a file, as recorded in the index (field names are the seed's)."""
+    """One block of a file, as recorded in the index (field names are the original's)."""
 
     byte_length_uncompressed: int
     num_records: int
@@ -162,7 +162,7 @@ class Chunk:
         return self.first_record_offset <= offset < self.end_offset
 
     def to_json(self) -> dict[str, int]:
-        # Insertion order = the seed's key order.
+        # Insertion order = the original's key order.
         return {
             "byte_length_uncompressed": self.byte_length_uncompressed,
             "num_records": self.num_records,
@@ -176,7 +176,7 @@ _CHUNK_KEYS = ("byte_length_uncompressed", "num_records", "byte_length", "byte_o
 
 
 def render_index(chunks: Sequence[Chunk]) -> bytes:
-    """The ``.index.json`` bytes: compact JSON with the seed's keys in the seed's order."""
+    """The ``.index.json`` bytes: compact JSON with the original's keys in the original's order."""
     return json.dumps({"chunks": [c.to_json() for c in chunks]}, separators=(",", ":")).encode("ascii")
 
 

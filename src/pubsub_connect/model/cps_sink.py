@@ -3,7 +3,7 @@
 Two implementations of one mapping:
 
 * :func:`map_record` / :func:`record_to_message` — the per-record *reference*, written to read like
-  the behaviour table in issue 4 (and the original ``CloudPubSubSinkTask.put``/``handleValue``).
+  the original's behaviour ( ``CloudPubSubSinkTask.put``/``handleValue``).
 * :func:`to_outbox` — the batch version used by the convert stage (bronze -> outbox). With
   byte/string/number converters every step is a Spark column expression (no Python per row);
   when a converter must parse (JSON, or a float key that needs Java's text) the rows go through

@@ -1,4 +1,4 @@
-"""Cloud Pub/Sub message → Kafka record: the source connector's data model (issue 9).
+"""Cloud Pub/Sub message → Kafka record: the source connector's data model.
 
 Two implementations of one mapping, kept side by side so they can be checked against each other:
 
@@ -35,7 +35,7 @@ Behaviour, as Google's connector unless marked *divergence*:
   redelivered forever; here it becomes a dead-letter row (:class:`DuplicateFieldError`). Headers
   may repeat, so headers mode has no such error.
 * **BYTES values are not run through the value converter**: the data bytes are the Kafka value,
-  whatever ``value.converter`` is, as issue 9 specifies (the original would wrap them in a JSON
+  whatever ``value.converter`` is, as this project specifies (the original would wrap them in a JSON
   envelope under ``JsonConverter``). Only the STRUCT goes through the converter.
 * **Partitions** (``kafka.partition.scheme``): see :func:`select_partition` and
   :func:`partition_for_hash`; ``hash_value`` hashes the data bytes (*divergence*: the original

@@ -1,7 +1,7 @@
 """Pub/Sub Lite data model: Kafka record → Lite message (sink) and Lite message → Kafka record (source).
 
 Why this exists: Google's ``PubSubLiteSinkConnector`` / ``PubSubLiteSourceConnector`` define how
-Connect values become Lite bytes and back (issue 5, README "Pub/Sub Lite Connector"). This module
+Connect values become Lite bytes and back (README "Pub/Sub Lite turn-down and migration"). This module
 states that mapping once, as pure functions, so the convert stages of both Lite pipelines and
 their tests share it. No I/O; protobuf message classes are only *built* here.
 

@@ -98,7 +98,7 @@ PUBSUB_DLQ = StructType([
 ])
 
 
-# Pub/Sub Lite (issue 5). Same columns as ``model.lite``'s Arrow schemas / DDL, all nullable so
+# Pub/Sub Lite. Same columns as ``model.lite``'s Arrow schemas / DDL, all nullable so
 # that Spark DataFrames and Arrow batches append alike.
 
 #: Lite's multi-valued attributes: name → values in order.

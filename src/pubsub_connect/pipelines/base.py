@@ -1,6 +1,6 @@
 """What every connector pipeline shares: the run context, stages, and the stage runner.
 
-Why: a connector is three streaming queries over Delta (see DESIGN.md). Locally
+Why: a connector is three streaming queries over Delta. Locally
 ``pubsub-connect run`` runs them in one process; on Databricks each is a task of one job. Both
 call the same stage functions, ``(PipelineContext, ConnectorConfig) -> StreamingQuery``, so a
 connector module only declares its stages and the runner decides how to drive them:
