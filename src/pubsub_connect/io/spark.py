@@ -2,7 +2,7 @@
 
 Why a capability object: the same pipeline code runs on Databricks (Spark's native ``kafka``
 source/sink and Delta are on the JVM) and locally on a pip-installed PySpark, which ships neither.
-A local session loads both from Maven Central (:data:`SPARK_CONNECTORS`, resolved once into the
+A local session loads both from Maven Central (:func:`spark_connectors`, resolved once into the
 cache of :mod:`pubsub_connect.io.artifacts`, offline afterwards), so locally the engine is the one
 Databricks runs. Only where the jars cannot be had (no artifact repository) does the session start
 without them, saying so in one line; then the project's Python Kafka source and delta-rs stand
@@ -153,6 +153,10 @@ def resolve_capabilities(detected: Capabilities, kafka_impl: str = "auto", table
     return Capabilities(native_kafka, native_delta, detected.databricks)
 
 
+#: Used when the ``delta-spark`` Python package is absent (the Delta jar alone still works).
+DEFAULT_DELTA_VERSION = "4.4.0"
+
+
 def _pyspark_version() -> str:
     import pyspark
 
@@ -168,10 +172,6 @@ def _delta_version() -> str:
         return version("delta-spark")
     except PackageNotFoundError:
         return DEFAULT_DELTA_VERSION
-
-
-#: Used when the ``delta-spark`` Python package is absent (the Delta jar alone still works).
-DEFAULT_DELTA_VERSION = "4.4.0"
 
 
 def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.ArtifactSet:

@@ -338,26 +338,20 @@ def _log_transactions(spark: SparkSession, location: str) -> dict[str, int]:
         pattern = (f"{after:020d}.checkpoint.*.parquet" if parts else f"{after:020d}.checkpoint.parquet")
         checkpoint = spark.read.parquet(_join(log_dir, pattern)).where("txn IS NOT NULL")
         sources.append(checkpoint.select(F.lit(after).alias("commit"), "txn.appId", "txn.version"))
-    commits = (spark.read.json(_join(log_dir, "*.json")).withColumn("file", F.input_file_name())
-               .where("txn IS NOT NULL")
-               .select(F.regexp_extract("file", r"(\d{20})\.json$", 1).cast("long").alias("commit"),
-                       "txn.appId", "txn.version")
-               .where(F.col("commit") > after)) if _has_txn_commits(spark, log_dir) else None
-    if commits is not None:
-        sources.append(commits)
+    try:  # one read of the JSON commits (a log with none after a checkpoint has no such files)
+        commits = spark.read.json(_join(log_dir, "*.json"))
+    except Exception:
+        commits = None
+    if commits is not None and "txn" in commits.columns:  # a column that no commit has cannot be read
+        sources.append(commits.withColumn("file", F.input_file_name()).where("txn IS NOT NULL")
+                       .select(F.regexp_extract("file", r"(\d{20})\.json$", 1).cast("long").alias("commit"),
+                               "txn.appId", "txn.version")
+                       .where(F.col("commit") > after))
     out: dict[str, int] = {}
     for source in sources:
         for row in source.orderBy("commit").collect():
             out[str(row["appId"])] = int(row["version"])
     return out
-
-
-def _has_txn_commits(spark: SparkSession, log_dir: str) -> bool:
-    """Whether any JSON commit carries a ``txn`` action (reading a column that no file has fails)."""
-    try:
-        return "txn" in spark.read.json(_join(log_dir, "*.json")).columns
-    except Exception:
-        return False
 
 
 def table_store(spark: SparkSession, root: str, caps: Capabilities, catalog: str | None = None,
