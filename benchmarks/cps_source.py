@@ -52,12 +52,17 @@ def bare_subscribe(subscription_path: str, count: int) -> float:
     return elapsed
 
 
-def bare_produce(bootstrap: str, topic: str, count: int, size: int) -> float:
-    from confluent_kafka import Producer
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the future resolves
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def bare_produce(bootstrap: str, topic: str, count: int, size: int) -> float:
+    from confluent_kafka import Producer
+
+    create_topic(bootstrap, topic, 3)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
     started = time.perf_counter()
     for seq in range(count):
@@ -97,6 +102,7 @@ def main() -> None:
 
             subscribe_s = bare_subscribe(subscriber.subscription_path(PROJECT, "bare"), n)
             produce_s = bare_produce(bootstrap, "bare", n, args.size)
+            create_topic(bootstrap, "out", 3)  # kafka.partition.count below
 
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-source", "cps.project": PROJECT,

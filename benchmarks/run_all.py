@@ -40,6 +40,12 @@ class Benchmark:
     full: tuple[str, ...]
     #: For scripts that print but write no JSON: label → regex with one number group.
     printed: tuple[tuple[str, str], ...] = ()
+    #: Run on the fallback engine (the Python Kafka source and delta-rs) instead of the native one.
+    fallback: bool = False
+
+    @property
+    def script(self) -> str:
+        return self.name.removesuffix("-fallback")
 
 
 BENCHMARKS = (
@@ -60,15 +66,19 @@ BENCHMARKS = (
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
     Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
+    # The same end-to-end runs on the fallback engine, for the side-by-side figures.
+    Benchmark("cps_sink-fallback", ("--records", "100000"), ("--records", "1000000"), fallback=True),
+    Benchmark("cps_source-fallback", ("--records", "20000"), ("--records", "100000"), fallback=True),
+    Benchmark("lite-fallback", ("--records", "100000"), ("--records", "1000000"), fallback=True),
 )
 
 
 def run_one(bench: Benchmark, full: bool, timeout_s: float) -> dict[str, Any]:
     """Run one script; returns its status, duration and figures (JSON written during this run)."""
-    script = HERE / f"{bench.name}.py"
+    script = HERE / f"{bench.script}.py"
     json_path = RESULTS / f"{bench.name}.json"
     log_path = RESULTS / f"{bench.name}.log"
-    args = bench.full if full else bench.small
+    args = (*(bench.full if full else bench.small), *(("--engine", "fallback") if bench.fallback else ()))
     started_wall = time.time()
     started = time.monotonic()
     load_before = os.getloadavg()
@@ -182,7 +192,7 @@ def main() -> int:
     for bench in BENCHMARKS:
         if only and bench.name not in only:
             continue
-        if not (HERE / f"{bench.name}.py").exists():
+        if not (HERE / f"{bench.script}.py").exists():
             summary["benchmarks"][bench.name] = {"status": "not present"}
             continue
         print(f"running {bench.name} …", flush=True)
@@ -190,7 +200,9 @@ def main() -> int:
         summary["benchmarks"][bench.name] = entry
         print(f"  {entry['status']} in {entry['seconds']:.0f} s (log: {entry['log']})", flush=True)
 
-    bars = [bar for name, entry in summary["benchmarks"].items() for bar in headline(name, entry.get("results", {}))]
+    bars = [(label + (" (fallback)" if name.endswith("-fallback") else ""), value, kind)
+            for name, entry in summary["benchmarks"].items()
+            for label, value, kind in headline(name.removesuffix("-fallback"), entry.get("results", {}))]
     summary["headline"] = [{"figure": label, "value": value, "kind": kind} for label, value, kind in bars]
     summary_path.write_text(json.dumps(summary, indent=2))
     rows = [(label, f"{value:.2f}" + (" s" if kind == "seconds" else "")) for label, value, kind in bars]

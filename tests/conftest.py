@@ -9,10 +9,12 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from integration.kafka_tls import KafkaTls, make_kafka_tls
 from pubsub_connect.io import services as svc
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -24,12 +26,50 @@ def services_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("services")
 
 
+@dataclass(frozen=True)
+class SecureKafka:
+    """The test broker's SASL_SSL listener and what a client needs to log in to it."""
+
+    bootstrap: str
+    user: str
+    password: str
+    tls: KafkaTls
+
+    def java_client_settings(self, prefix: str = "", password: str | None = None) -> dict[str, str]:
+        """The keys a Connect user has for such a cluster (Java client names), under ``prefix``."""
+        jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
+                f'username="{self.user}" password="{self.password if password is None else password}";')
+        return {f"{prefix}{key}": value for key, value in {
+            "security.protocol": "SASL_SSL", "sasl.mechanism": svc.SCRAM_MECHANISM, "sasl.jaas.config": jaas,
+            "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca_pem)}.items()}
+
+
 @pytest.fixture(scope="session")
-def kafka_service(services_dir: Path) -> Iterator[svc.RunningService]:
-    """A real Apache Kafka broker (single-node KRaft, from Maven Central) on loopback."""
-    service = svc.start_kafka(services_dir / "kafka")
+def kafka_tls(services_dir: Path) -> KafkaTls:
+    return make_kafka_tls(services_dir / "kafka-tls")
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_ssl_listener(kafka_tls: KafkaTls) -> svc.SaslSslListener:
+    """The SASL_SSL listener every test broker has: SCRAM-SHA-512 over TLS with a CA made here, and
+    one user whose password is new for each session (so finding it in an output means a leak)."""
+    return svc.SaslSslListener(svc.free_port(), kafka_tls.keystore_pem, {"connect-user": f"pw-{uuid.uuid4().hex}"})
+
+
+@pytest.fixture(scope="session")
+def kafka_service(services_dir: Path, kafka_sasl_ssl_listener: svc.SaslSslListener) -> Iterator[svc.RunningService]:
+    """A real Apache Kafka broker (single-node KRaft, from Maven Central) on loopback: PLAINTEXT
+    for most tests, SASL_SSL for the security ones."""
+    service = svc.start_kafka(services_dir / "kafka", sasl_ssl=kafka_sasl_ssl_listener)
     yield service
     svc.stop_pid(service.pid)
+
+
+@pytest.fixture(scope="session")
+def kafka_sasl_ssl(kafka_service: svc.RunningService, kafka_sasl_ssl_listener: svc.SaslSslListener,
+                   kafka_tls: KafkaTls) -> SecureKafka:
+    ((user, password),) = kafka_sasl_ssl_listener.users.items()
+    return SecureKafka(kafka_sasl_ssl_listener.bootstrap, user, password, kafka_tls)
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
+from pubsub_connect.io.librdkafka import with_client_logger
 
 KAFKA_TOPIC = "quickstart"
 PROJECT = "quickstart-project"
@@ -45,13 +46,15 @@ def _produce(bootstrap: str, count: int) -> None:
     from confluent_kafka import KafkaError, KafkaException, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # keep a reference until the future resolves
+    # keep a reference to the client until the future resolves
+    admin = AdminClient(with_client_logger({"bootstrap.servers": bootstrap}))
     try:
         admin.create_topics([NewTopic(KAFKA_TOPIC, 3)])[KAFKA_TOPIC].result(30)
     except KafkaException as exc:  # a second quickstart on the same storage root: the broker kept it
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    producer = Producer(with_client_logger({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                                            "linger.ms": 5}))
     for key, value, headers in sample_records(count):
         producer.produce(KAFKA_TOPIC, value=value, key=key, headers=headers)
     if producer.flush(60) != 0:

@@ -283,25 +283,40 @@ def test_native_connector_and_python_source_read_the_same_rows(spark: Any, kafka
     assert sorted((r.value, r.key) for r in written) == [(b"1", b"a"), (b"2", None)]
 
 
-def test_end_offsets_come_from_fetch_responses_not_list_offsets(kafka_bootstrap: str, unique_name: str) -> None:
-    """Records produced as one broker batch are all counted: the end is the fetch response's high
-    watermark (some Kafka-compatible brokers answer ListOffsets(latest) with the start of the
-    newest batch + 1)."""
+def test_end_offsets_follow_the_isolation_level(kafka_bootstrap: str, unique_name: str) -> None:
+    """The planned end is the high watermark for read_uncommitted and the last stable offset for
+    read_committed: a batch planned while a transaction is open stops before it."""
+    from confluent_kafka import Producer
+
     create_topic(kafka_bootstrap, unique_name, 2)
-    produce(kafka_bootstrap, unique_name, [Rec(value=b"x", partition=i % 2) for i in range(501)], linger_ms=200)
-    produce(kafka_bootstrap, unique_name, [Rec(value=b"y", partition=0) for _ in range(40)], linger_ms=200)
-    reader = OffsetReader(KafkaReadOptions.parse(opts(kafka_bootstrap, subscribe=unique_name), streaming=True))
+    produce(kafka_bootstrap, unique_name, [Rec(value=b"x", partition=i % 2) for i in range(11)])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{unique_name}-txn"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for _ in range(4):
+        producer.produce(unique_name, b"open", partition=0)
+    producer.flush(30)
+    readers = {level: OffsetReader(KafkaReadOptions.parse(
+        opts(kafka_bootstrap, subscribe=unique_name, **{"kafka.isolation.level": level}), streaming=True))
+        for level in ("read_uncommitted", "read_committed")}
     try:
-        tps = reader.partitions()
+        tps = readers["read_committed"].partitions()
         assert tps == [(unique_name, 0), (unique_name, 1)]
-        ends = reader.end_offsets(tps)
-        # Hints at, below and (like a recreated topic) above the true end all give the same answer.
-        assert reader.end_offsets(tps, hints={(unique_name, 0): 291, (unique_name, 1): 0}) == ends
-        assert reader.end_offsets(tps, hints={(unique_name, 0): 10_000, (unique_name, 1): 250}) == ends
+        assert readers["read_uncommitted"].end_offsets(tps) == {(unique_name, 0): 10, (unique_name, 1): 5}
+        assert readers["read_committed"].end_offsets(tps) == {(unique_name, 0): 6, (unique_name, 1): 5}
+        producer.commit_transaction(30)
+        # The coordinator writes the commit marker (an offset of its own) after the commit returns:
+        # the last stable offset moves past it once it is written.
+        deadline = time.monotonic() + 30
+        committed = readers["read_committed"]
+        while (ends := committed.end_offsets(tps))[(unique_name, 0)] == 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ends == {(unique_name, 0): 11, (unique_name, 1): 5}
     finally:
-        reader.close()
-    assert ends == {(unique_name, 0): 291, (unique_name, 1): 250}
-    assert end_offsets(kafka_bootstrap, unique_name) == {0: 291, 1: 250}
+        for reader in readers.values():
+            reader.close()
+    # Read record by record, the last record of partition 0 is at offset 9: offset 10 is the marker.
+    assert end_offsets(kafka_bootstrap, unique_name) == {0: 10, 1: 5}
 
 
 def test_transaction_markers_leave_offsets_without_records(spark: Any, kafka_bootstrap: str, unique_name: str) -> None:

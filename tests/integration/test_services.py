@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from conftest import SecureKafka
 from pubsub_connect.cli import main
 from pubsub_connect.io import services as svc
 
@@ -206,3 +207,38 @@ def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path)
     finally:
         svc.stop_pid(restarted.pid)
     assert not _alive(restarted.pid)
+
+
+def test_the_sasl_ssl_listener_takes_a_connect_users_keys_and_refuses_a_wrong_password(
+        kafka_bootstrap: str, kafka_sasl_ssl: SecureKafka, unique_name: str) -> None:
+    """SCRAM-SHA-512 over TLS, the broker's certificate verified against the test CA: the keys of
+    a Connect file, translated for librdkafka, produce and read back; a wrong password is a
+    one-line login error naming the listener."""
+    from pubsub_connect.io.librdkafka import KafkaLoginError, check_brokers, librdkafka_settings
+
+    settings = librdkafka_settings({"bootstrap.servers": kafka_sasl_ssl.bootstrap,
+                                    **kafka_sasl_ssl.java_client_settings()})
+    check_brokers(settings)
+    producer = Producer(settings)
+    producer.produce(unique_name, b"over-tls", key=b"k")
+    assert producer.flush(30) == 0
+    consumer = Consumer({**settings, "group.id": unique_name, "enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(unique_name, 0, 0)])
+        message = consumer.poll(30)
+        assert message is not None and message.error() is None
+        assert (message.key(), message.value()) == (b"k", b"over-tls")
+    finally:
+        consumer.close()
+    # The same records through the PLAINTEXT listener: one broker, two doors.
+    metadata = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(unique_name, timeout=10)
+    assert list(metadata.topics[unique_name].partitions) == [0]
+
+    wrong = librdkafka_settings({"bootstrap.servers": kafka_sasl_ssl.bootstrap,
+                                 **kafka_sasl_ssl.java_client_settings(password="wrong")})
+    with pytest.raises(KafkaLoginError) as raised:
+        check_brokers(wrong)
+    assert str(raised.value) == (
+        f"Kafka broker {kafka_sasl_ssl.bootstrap} (bootstrap.servers) refused the connection: SASL authentication "
+        "error: Authentication failed during authentication due to invalid credentials with SASL mechanism "
+        "SCRAM-SHA-512")

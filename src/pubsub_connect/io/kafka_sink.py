@@ -33,6 +33,7 @@ from pyspark.sql.types import (
 )
 
 from pubsub_connect.io.kafka_source import SINK_FORBIDDEN, KafkaOptionsError, _lower_keys, client_config
+from pubsub_connect.io.librdkafka import with_client_logger
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -154,7 +155,7 @@ def _producer(conf: Mapping[str, str]) -> tuple[tuple[tuple[str, str], ...], Pro
             stale.flush(5)
     key = tuple(sorted(conf.items()))
     cached = _PRODUCERS.pop(key, None)
-    return key, cached[0] if cached else Producer(dict(conf))
+    return key, cached[0] if cached else Producer(with_client_logger(conf))
 
 
 def produce_batches(opts: KafkaWriteOptions, batches: Iterator[pa.RecordBatch]) -> int:

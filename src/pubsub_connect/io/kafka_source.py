@@ -1,11 +1,12 @@
 """Kafka for Spark without jars: a Python data source that behaves like Spark's ``kafka`` format.
 
-Why this module exists: the pip-installed PySpark used locally (and in CI) has no
-``spark-sql-kafka`` jar and there is no Maven access, while on Databricks the native connector is
-built in. Pipelines call :func:`read_kafka` / :func:`write_kafka` / :func:`write_kafka_stream` only;
-those pick the native ``kafka`` format when the JVM has it and otherwise this module's data source
-(``pubsub_connect_kafka``), with the same options, the same output schema and the same offset
-semantics, so a pipeline cannot tell which one ran.
+Why this module exists: it is the fallback engine. Locally the product loads Spark's own Kafka
+connector from Maven Central and Databricks has it built in; a machine without an artifact
+repository has neither and runs this data source instead. Pipelines call :func:`read_kafka` /
+:func:`write_kafka` / :func:`write_kafka_stream` only; those pick the native ``kafka`` format when
+the JVM has it and otherwise this module's data source (``pubsub_connect_kafka``), with the same
+options, the same output schema and the same offset semantics, so a pipeline cannot tell which
+one ran.
 
 Design choices (each mirrors what Spark's connector does unless stated):
 
@@ -17,10 +18,8 @@ Design choices (each mirrors what Spark's connector does unless stated):
   sentinel) and pinned to real offsets by batch 0, which is therefore empty; and a partition that
   appears mid-query (new partition, new topic matching the pattern) first enters the offsets at
   its earliest offset through a batch that reads nothing from it, then is read normally.
-* The end of a partition is the high watermark taken from a *fetch response*. ListOffsets(latest)
-  is exact on Apache Kafka, but some Kafka-compatible brokers answer it with the start of the
-  newest batch; the fetch-response watermark is exact on all of them, so it is the only source of
-  truth for "latest".
+* The end of a partition is ListOffsets(latest) at the consumer's isolation level (the high
+  watermark, or the last stable offset for ``read_committed``), as Spark's connector plans.
 * Records are read in Spark tasks with ``assign`` + ``seek`` (no consumer group, nothing committed
   to Kafka) and handed to Spark as Arrow record batches, not Python rows.
 
@@ -56,6 +55,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from pubsub_connect.io.librdkafka import KafkaOptionsError, librdkafka_settings, with_client_logger
 from pubsub_connect.io.spark import Capabilities, capabilities
 from pubsub_connect.model.schemas import KAFKA_HEADERS, KAFKA_RECORD_FIELDS
 
@@ -96,10 +96,6 @@ _ARROW_BATCH_RECORDS = 10_000
 _DATA_LOSS_GRACE_S = 5.0
 
 
-class KafkaOptionsError(ValueError):
-    """A Kafka source/sink option is missing, malformed or not supported — one-line message."""
-
-
 class KafkaDataLossError(RuntimeError):
     """Records the query was supposed to read are gone (retention, topic recreated, truncation)."""
 
@@ -121,26 +117,6 @@ SINK_FORBIDDEN = {
     "value.serializer": "values are always written as binary (cast the column)",
     "interceptor.classes": "Java interceptors cannot run in a Python client",
 }
-#: Java client names whose librdkafka counterpart has a different name.
-_JAVA_RENAMES = {
-    "fetch.max.wait.ms": "fetch.wait.max.ms",
-    "receive.buffer.bytes": "socket.receive.buffer.bytes",
-    "send.buffer.bytes": "socket.send.buffer.bytes",
-}
-#: Java-only tuning knobs with no librdkafka equivalent; dropped so a Databricks job's options
-#: also work locally (they change performance, never semantics).
-_JAVA_ONLY_IGNORED = frozenset(
-    {
-        "max.poll.records",
-        "default.api.timeout.ms",
-        "buffer.memory",
-        "max.block.ms",
-        "ssl.protocol",
-        "ssl.enabled.protocols",
-        "ssl.keystore.type",
-        "group.instance.id",
-    }
-)
 #: Client settings that make sense for the metadata/admin connection (AdminClient rejects
 #: nothing, but warns for every consumer-only key; keep its log clean).
 _CONNECTION_PREFIXES = (
@@ -148,7 +124,6 @@ _CONNECTION_PREFIXES = (
     "metadata.", "reconnect.", "retry.", "api.version", "client.dns.lookup", "debug", "log_level",
     "connections.max.idle.ms", "topic.metadata",
 )
-_JAAS_KV = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)\"""")
 
 
 def _lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
@@ -157,62 +132,24 @@ def _lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def client_config(options: Mapping[str, str], forbidden: Mapping[str, str]) -> dict[str, str]:
-    """Translate the Spark-style ``kafka.*`` options into a librdkafka configuration.
+    """The Spark-style ``kafka.*`` options as a librdkafka configuration.
 
     Why a translation: the same option map must work for Spark's JVM connector (Java client
-    names) and for this module (librdkafka names). Most names are shared; the few Java-only ones
-    are renamed, translated (``sasl.jaas.config``, PEM trust stores) or rejected with a message
-    instead of librdkafka's generic "No such configuration property".
+    names) and for this module (librdkafka names); see :mod:`pubsub_connect.io.librdkafka`.
     """
     opts = _lower_keys(options)
-    conf: dict[str, str] = {}
+    java: dict[str, str] = {}
     for key, value in opts.items():
         if not key.startswith("kafka."):
             continue
         name = key[len("kafka."):]
         if name in forbidden:
             raise KafkaOptionsError(f"Kafka option 'kafka.{name}' is not supported: {forbidden[name]}")
-        if name.endswith((".class", ".classes")):
-            raise KafkaOptionsError(
-                f"Kafka option 'kafka.{name}' names a Java class, which the Python Kafka client cannot load"
-            )
-        if name in _JAVA_ONLY_IGNORED:
-            log.debug("ignoring Java-only Kafka option kafka.%s", name)
-            continue
-        if name == "sasl.jaas.config":
-            conf.update(_translate_jaas(value))
-            continue
-        conf[_JAVA_RENAMES.get(name, name)] = value
-    if "ssl.truststore.location" in conf:
-        store_type = conf.pop("ssl.truststore.type", "JKS").upper()
-        location = conf.pop("ssl.truststore.location")
-        conf.pop("ssl.truststore.password", None)
-        if store_type != "PEM":
-            raise KafkaOptionsError(
-                f"kafka.ssl.truststore.type={store_type} is not readable by the Python Kafka client: "
-                "provide a PEM file (kafka.ssl.truststore.type=PEM or kafka.ssl.ca.location)"
-            )
-        conf["ssl.ca.location"] = location
+        java[name] = value
+    conf = librdkafka_settings(java, shown_prefix="kafka.")
     if not conf.get("bootstrap.servers"):
         raise KafkaOptionsError("option 'kafka.bootstrap.servers' is required")
     return conf
-
-
-def _translate_jaas(jaas: str) -> dict[str, str]:
-    """``sasl.jaas.config`` (Java) → ``sasl.username``/``sasl.password`` (librdkafka).
-
-    Only the user/password login modules (PLAIN, SCRAM) have a librdkafka counterpart.
-    """
-    if "PlainLoginModule" not in jaas and "ScramLoginModule" not in jaas:
-        raise KafkaOptionsError(
-            "kafka.sasl.jaas.config: only PlainLoginModule/ScramLoginModule can be translated for the "
-            "Python Kafka client; set kafka.sasl.username / kafka.sasl.password "
-            "(or kafka.sasl.oauthbearer.*) instead"
-        )
-    values = {k.lower(): v.replace('\\"', '"') for k, v in _JAAS_KV.findall(jaas)}
-    if "username" not in values or "password" not in values:
-        raise KafkaOptionsError("kafka.sasl.jaas.config must contain username=\"…\" and password=\"…\"")
-    return {"sasl.username": values["username"], "sasl.password": values["password"]}
 
 
 def _connection_config(conf: Mapping[str, str]) -> dict[str, str]:
@@ -473,39 +410,25 @@ def plan_partitions(ranges: Sequence[tuple[TopicPartitionKey, int, int]],
 class OffsetReader:
     """Metadata and offset lookups for planning (driver side only, never in tasks).
 
-    ``end_offsets`` works on any Kafka-compatible broker, not only on Apache Kafka: it
-    assigns every partition at a position known to be valid (≤ the high watermark), waits for
-    one fetch response per partition (a record or an end-of-partition event) and reads the high
-    watermark that response carried. ListOffsets is used only for the earliest offset (exact
-    everywhere) and, on the probe side, as a *lower bound* of the end, which is true on both
-    kinds of broker; it is never taken as the end itself.
+    Ends come from ListOffsets at the consumer's isolation level, as Spark's connector gets
+    them: the high watermark for ``read_uncommitted`` (the default), the last stable offset for
+    ``read_committed``, so a planned range never ends inside an open transaction.
     """
 
     def __init__(self, opts: KafkaReadOptions):
-        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
 
         self.opts = opts
         self.timeout_s = opts.offset_timeout_ms / 1000
-        self._admin: AdminClient = AdminClient(_connection_config(opts.client))
-        # The probe fetches at most one record batch per partition and answers quickly when a
-        # partition has nothing new (fetch.wait.max.ms), since planning waits for it.
-        self._consumer: Consumer = Consumer(
-            opts.consumer_config(
-                **{"fetch.wait.max.ms": 10, "queued.min.messages": 1, "fetch.message.max.bytes": 1,
-                   "fetch.queue.backoff.ms": 1}
-            )
-        )
+        self._admin: AdminClient = AdminClient(with_client_logger(_connection_config(opts.client)))
+        self._read_committed = str(opts.consumer_config().get("isolation.level")) == "read_committed"
 
     def close(self) -> None:
-        try:
-            self._consumer.close()
-        except Exception:  # closing a broken client must not hide the original error
-            log.debug("closing the offset consumer failed", exc_info=True)
+        """Nothing to close: an AdminClient has no group membership or open fetches."""
 
     def partitions(self) -> list[TopicPartitionKey]:
         """The topic-partitions the subscription covers right now, sorted."""
-        metadata = self._consumer.list_topics(timeout=self.timeout_s)
+        metadata = self._admin.list_topics(timeout=self.timeout_s)
         found: list[TopicPartitionKey] = []
         for name, topic in metadata.topics.items():
             if topic.error is not None or not self.opts.matches(name):
@@ -517,14 +440,15 @@ class OffsetReader:
         return sorted(found)
 
     def _list_offsets(self, tps: Sequence[TopicPartitionKey], spec: str) -> dict[TopicPartitionKey, int]:
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if not tps:
             return {}
         which = OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest()
+        isolation = IsolationLevel.READ_COMMITTED if self._read_committed else IsolationLevel.READ_UNCOMMITTED
         futures = self._admin.list_offsets({TopicPartition(t, p): which for t, p in tps},
-                                           request_timeout=self.timeout_s)
+                                           isolation_level=isolation, request_timeout=self.timeout_s)
         found: dict[TopicPartitionKey, int] = {}
         for tp, fut in futures.items():
             try:
@@ -539,64 +463,11 @@ class OffsetReader:
         return self._list_offsets(tps, "earliest")
 
     def end_offsets(self, tps: Sequence[TopicPartitionKey],
-                    hints: Mapping[TopicPartitionKey, int] | None = None,
                     earliest: Mapping[TopicPartitionKey, int] | None = None) -> dict[TopicPartitionKey, int]:
-        """The high watermark of each partition as of now, read from fetch responses.
-
-        ``hints`` are offsets believed to be at or below the end (e.g. the last planned end);
-        probing there keeps the fetched data small. Each probe position is clamped to the
-        ListOffsets answer, which can only be at or below the true end, so no probe ever lands
-        beyond the end (where some brokers answer with silence instead of an error). A partition
-        that no longer exists is left out of the result.
-        """
-        from confluent_kafka import KafkaError, TopicPartition
-
+        """The end of each partition as of now; a partition that no longer exists (missing from
+        ``earliest`` or from the answer) is left out."""
         lo = dict(earliest) if earliest is not None else self.earliest(tps)
-        listed = self._list_offsets([tp for tp in tps if tp in lo], "latest")
-        tps = [tp for tp in tps if tp in listed]
-        if not tps:
-            return {}
-        hints = hints or {}
-        positions = {}
-        for tp in tps:
-            bound = listed[tp]
-            hint = hints.get(tp, -1)
-            positions[tp] = max(lo[tp], min(hint, bound) if hint >= 0 else bound)
-        self._consumer.assign([TopicPartition(t, p, positions[(t, p)]) for t, p in tps])
-        try:
-            pending = set(tps)
-            gone: set[TopicPartitionKey] = set()
-            deadline = time.monotonic() + self.timeout_s
-            while pending:
-                if time.monotonic() > deadline:
-                    missing = ", ".join(f"{t}-{p}" for t, p in sorted(pending))
-                    raise TimeoutError(
-                        f"no fetch response for {missing} within {self.opts.offset_timeout_ms} ms "
-                        "(option fetchOffset.timeoutMs): is the broker reachable?"
-                    )
-                for msg in self._consumer.consume(num_messages=1000, timeout=0.05):
-                    tp = (msg.topic(), msg.partition())
-                    err = msg.error()
-                    if err is None or err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(tp)
-                    elif _is_gone(err):
-                        pending.discard(tp)
-                        gone.add(tp)
-                    elif err.code() in (KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET):
-                        # The log was truncated between ListOffsets and the fetch: restart at its start.
-                        low = self.earliest([tp])[tp]
-                        self._consumer.seek(TopicPartition(tp[0], tp[1], low))
-                    elif err.fatal():
-                        raise RuntimeError(f"Kafka client error while reading end offsets: {err}")
-                    else:
-                        log.debug("transient error while probing %s: %s", tp, err)
-            ends: dict[TopicPartitionKey, int] = {}
-            for t, p in (tp for tp in tps if tp not in gone):
-                _low, high = self._consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
-                ends[(t, p)] = max(high, positions[(t, p)])
-            return ends
-        finally:
-            self._consumer.unassign()
+        return self._list_offsets([tp for tp in tps if tp in lo], "latest")
 
 
 # --------------------------------------------------------------------------------------------
@@ -671,8 +542,8 @@ def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterato
     # Bound read-ahead to the range (librdkafka would otherwise prefetch up to 64 MB beyond it),
     # and resume fetching as soon as the bounded queue drains, not after the default 1 s pause.
     read_ahead = max(1, min(until - part.start, 100_000))
-    consumer = Consumer(opts.consumer_config(**{"queued.min.messages": read_ahead,
-                                                "fetch.queue.backoff.ms": 5}))
+    consumer = Consumer(with_client_logger(opts.consumer_config(**{"queued.min.messages": read_ahead,
+                                                                   "fetch.queue.backoff.ms": 5})))
     tp = TopicPartition(topic, partition, part.start)
     position = part.start
     try:
@@ -840,8 +711,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._target is not None:
             high = {tp: self._target[tp] for tp in candidates}
         else:
-            hints = {tp: off for tp, off in begin.items() if off >= 0}
-            high = self.offsets.end_offsets(candidates, hints, lo)
+            high = self.offsets.end_offsets(candidates, lo)
         tps = [tp for tp in candidates if tp in lo and tp in high]
         for tp in sorted(set(begin) - set(tps)):
             if tp not in listed or tp in candidates:
@@ -913,7 +783,7 @@ class KafkaBatchReader(DataSourceReader):
             needs_end = self.opts.ending == "latest" or (
                 isinstance(self.opts.ending, dict) and LATEST in self.opts.ending.values()
             )
-            high = offsets.end_offsets(tps, None, lo) if needs_end else {}
+            high = offsets.end_offsets(tps, lo) if needs_end else {}
         finally:
             offsets.close()
         tps = [tp for tp in tps if tp in lo and (tp in high or not needs_end)]  # not deleted meanwhile

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pubsub_connect.io.librdkafka import with_client_logger
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MARKER_TOPIC = "pubsub-connect-offsets"
@@ -70,8 +72,8 @@ class TransactionalBatchWriter:
     def _ensure_marker_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient({k: v for k, v in self.client_config.items()
-                             if k.startswith(("bootstrap.", "security.", "sasl.", "ssl."))})
+        admin = AdminClient(with_client_logger({k: v for k, v in self.client_config.items()
+                                                if k.startswith(("bootstrap.", "security.", "sasl.", "ssl."))}))
         futures = admin.create_topics([NewTopic(self.marker_topic, 1, -1)], operation_timeout=self.timeout_s)
         try:
             futures[self.marker_topic].result(self.timeout_s)
@@ -85,12 +87,12 @@ class TransactionalBatchWriter:
         from confluent_kafka import Producer
 
         self._ensure_marker_topic()
-        self._producer = Producer({
+        self._producer = Producer(with_client_logger({
             "partitioner": "murmur2_random",  # Java's default partitioner for keyed records
             **self.client_config,
             "transactional.id": self.transactional_id,
             "enable.idempotence": True,
-        })
+        }))
         self._producer.init_transactions(self.timeout_s)
         self._last_marker = self._read_last_marker()
         log.info("%s: last committed marker %s", self.transactional_id, self._last_marker)
@@ -100,14 +102,14 @@ class TransactionalBatchWriter:
         ``(sequence, batch id)``; the sequence is None in markers written without one."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({
+        consumer = Consumer(with_client_logger({
             **{k: v for k, v in self.client_config.items() if k.startswith(("bootstrap.", "security.", "sasl.",
                                                                                 "ssl."))},
             "group.id": f"{self.transactional_id}-marker-reader",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
-        })
+        }))
         last: tuple[str | None, int] | None = None
         try:
             consumer.assign([TopicPartition(self.marker_topic, 0, 0)])

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pubsub_connect.io import artifacts
+from pubsub_connect.io.librdkafka import with_client_logger
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +267,35 @@ def moto_server_command() -> list[str]:
 # Starting services
 # --------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class SaslSslListener:
+    """A second client listener of the local broker: SASL_SSL, SCRAM-SHA-512 over TLS — how
+    most production clusters (Confluent, MSK, Aiven) take clients — next to the loopback
+    PLAINTEXT one.
+
+    ``keystore_pem`` is the broker's unencrypted private key followed by its certificate chain
+    (Kafka's PEM key store); clients trust the CA that signed it. ``users`` (name → password)
+    are given SCRAM credentials through the PLAINTEXT listener once the broker is up; their
+    passwords go to the broker in an admin request, never on a command line or in a file.
+    """
+
+    port: int
+    keystore_pem: Path
+    users: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
 #: How long a started broker may take to answer (it needs ~5 s here; a loaded CI machine more).
 KAFKA_START_TIMEOUT_S = 90.0
 
 
-def kafka_server_properties(directory: Path, port: int, controller_port: int) -> dict[str, str]:
+def kafka_server_properties(directory: Path, port: int, controller_port: int,
+                            sasl_ssl: SaslSslListener | None = None) -> dict[str, str]:
     """``server.properties`` of a single-node broker whose data lives in ``directory / "data"``.
 
     One node is the whole cluster: broker and KRaft controller in one process (the controller's
@@ -281,13 +306,11 @@ def kafka_server_properties(directory: Path, port: int, controller_port: int) ->
     broker rejects what a production one would.
     """
     return {
+        **_listener_properties(port, controller_port, sasl_ssl),
         "process.roles": "broker,controller",
         "node.id": "1",
         "controller.quorum.voters": f"1@{LOOPBACK}:{controller_port}",
-        "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
         "controller.listener.names": "CONTROLLER",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
         "log.dirs": str(directory / "data"),
         "num.partitions": "1",
@@ -312,6 +335,29 @@ def kafka_server_properties(directory: Path, port: int, controller_port: int) ->
         # would delete at the next check while a connector still reads it.
         "log.retention.ms": "-1",
     }
+
+
+def _listener_properties(port: int, controller_port: int, sasl_ssl: SaslSslListener | None) -> dict[str, str]:
+    """Listeners: PLAINTEXT for clients and between the broker and itself, CONTROLLER for the
+    KRaft quorum, and optionally SASL_SSL (no authorizer: an authenticated user may do anything)."""
+    listeners = [f"PLAINTEXT://{LOOPBACK}:{port}", f"CONTROLLER://{LOOPBACK}:{controller_port}"]
+    advertised = [f"PLAINTEXT://{LOOPBACK}:{port}"]
+    protocols = ["PLAINTEXT:PLAINTEXT", "CONTROLLER:PLAINTEXT"]
+    extra: dict[str, str] = {}
+    if sasl_ssl is not None:
+        listeners.append(f"SASL_SSL://{sasl_ssl.bootstrap}")
+        advertised.append(f"SASL_SSL://{sasl_ssl.bootstrap}")
+        protocols.append("SASL_SSL:SASL_SSL")
+        mechanism = SCRAM_MECHANISM.lower()
+        extra = {
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.sasl_ssl.{mechanism}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(sasl_ssl.keystore_pem),
+        }
+    return {"listeners": ",".join(listeners), "advertised.listeners": ",".join(advertised),
+            "listener.security.protocol.map": ",".join(protocols), **extra}
 
 
 def _escape_property(value: str) -> str:
@@ -381,15 +427,16 @@ def _format_kafka_storage(java: str, classpath: str, server_properties: Path, lo
                            f"{lines[-1] if lines else f'exit code {done.returncode}'}")
 
 
-def start_kafka(directory: Path, port: int | None = None,
-                overrides: Mapping[str, str] | None = None) -> RunningService:
+def start_kafka(directory: Path, port: int | None = None, overrides: Mapping[str, str] | None = None,
+                sasl_ssl: SaslSslListener | None = None) -> RunningService:
     """Start Apache Kafka (one KRaft node) on loopback; returns once a client gets metadata from it.
 
     ``directory`` is the broker's own: ``server.properties``, its log ``kafka.log`` (the JVM's
     console goes to ``console.log``) and its data in ``data/``, formatted on the first start
     only. Starting again on the same directory is a restart: topics, records, committed offsets
     and transactions are kept; pass the previous ``port`` so clients find it where it was.
-    ``overrides`` replace or add broker settings.
+    ``overrides`` replace or add broker settings; ``sasl_ssl`` adds an authenticated TLS
+    listener (its users' credentials are set once the broker is up).
 
     The first start resolves the broker's jars from Maven Central (~30 s); later ones start
     from the cache, offline.
@@ -407,7 +454,7 @@ def start_kafka(directory: Path, port: int | None = None,
     data_dir = directory / "data"
     server_properties = _write_properties(
         directory / "server.properties",
-        {**kafka_server_properties(directory, port, controller_port), **(overrides or {})},
+        {**kafka_server_properties(directory, port, controller_port, sasl_ssl), **(overrides or {})},
         "written by pubsub-connect on every start of the local Kafka broker")
     log4j_config = _write_kafka_log4j_config(directory, log_path)
     started = time.monotonic()
@@ -420,6 +467,8 @@ def start_kafka(directory: Path, port: int | None = None,
         # The broker opens its listener only once it is ready to serve requests.
         _wait_for_port(port, proc, "Kafka broker", KAFKA_START_TIMEOUT_S, log_path, console_path)
         _wait_for_kafka_metadata(bootstrap, proc, 30, log_path, console_path)
+        if sasl_ssl is not None and sasl_ssl.users:
+            _set_scram_credentials(bootstrap, sasl_ssl.users)
     except BaseException:
         stop_pid(proc.pid)
         raise
@@ -429,6 +478,25 @@ def start_kafka(directory: Path, port: int | None = None,
                           str(log_path), str(directory))
 
 
+def _set_scram_credentials(bootstrap: str, users: Mapping[str, str], timeout_s: float = 30) -> None:
+    """Create or replace the SCRAM credentials of ``users`` (idempotent, so a restart may repeat it)."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(with_client_logger({"bootstrap.servers": bootstrap}))
+    info = ScramCredentialInfo(getattr(ScramMechanism, SCRAM_MECHANISM.replace("-", "_")), 4096)
+    upserts = [UserScramCredentialUpsertion(name, info, password.encode()) for name, password in users.items()]
+    for name, future in admin.alter_user_scram_credentials(upserts, request_timeout=timeout_s).items():
+        try:
+            future.result(timeout_s)
+        except Exception as exc:
+            raise ServiceError(f"cannot set the SCRAM credentials of Kafka user {name}: {exc}") from None
+
+
 def _wait_for_kafka_metadata(bootstrap: str, proc: subprocess.Popen[bytes], timeout_s: float,
                              *log_paths: Path) -> None:
     """Block until the broker answers a metadata request listing itself, failing fast when it
@@ -436,8 +504,8 @@ def _wait_for_kafka_metadata(bootstrap: str, proc: subprocess.Popen[bytes], time
     from confluent_kafka.admin import AdminClient
 
     # Short reconnect backoffs: librdkafka's grow to 10 s between refused connections.
-    admin = AdminClient({"bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
-                         "reconnect.backoff.max.ms": 200})
+    admin = AdminClient(with_client_logger({"bootstrap.servers": bootstrap, "reconnect.backoff.ms": 50,
+                                            "reconnect.backoff.max.ms": 200}))
     deadline = time.monotonic() + timeout_s
     last: object = None
     while time.monotonic() < deadline:

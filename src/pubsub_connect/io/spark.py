@@ -48,10 +48,15 @@ LOCAL_DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.sql.adaptive.enabled": "true",
     "spark.python.worker.reuse": "true",
+    # Delta Lake rebuilds a table's state after every commit in a job of this many tasks (50 by
+    # default, sized for clusters); each task code-generates the serializer of Delta's actions
+    # first. On a local machine that made a small append cost ~4 s instead of ~1 s.
+    "spark.databricks.delta.snapshotPartitions": "1",
 }
 
-#: JVM loggers that print a failed task or streaming query with its whole stack trace (the Python
-#: traceback included). The stage runner reports every such failure itself in one line, and
+#: JVM loggers whose output the connector replaces with one line of its own: a failed task or
+#: streaming query with its whole stack trace (the Python traceback included), and the Kafka
+#: client's reconnect warnings. The stage runner reports every such failure itself in one line, and
 #: restarts the stage when it is transient, so on a user's console these traces only bury that
 #: line. ``pubsub-connect run`` turns them off unless ``--debug``; nothing else is changed.
 QUERY_FAILURE_LOGGERS = (
@@ -59,6 +64,11 @@ QUERY_FAILURE_LOGGERS = (
     "org.apache.spark.executor.Executor",
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4.1+
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",  # Spark 3.x, 4.0
+    # The Java Kafka client (as Apache ships it and as Databricks shades it): with a broker down
+    # it warns on every reconnect, several lines a second; the connector's own check names the
+    # broker and the failure in one line before a stage starts.
+    "org.apache.kafka",
+    "kafkashaded.org.apache.kafka",
 )
 
 #: Delta Lake's SQL extension and catalog: what makes ``format("delta")``, ``DESCRIBE HISTORY``

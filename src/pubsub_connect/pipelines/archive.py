@@ -835,6 +835,7 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
     """Start the archive stage: resume from the store, stream Kafka into Block-GZIP objects."""
     from pubsub_connect.io.kafka_source import read_kafka
 
+    ctx.check_kafka("consumer", config)
     settings = ArchiveSettings.from_config(config)
     store = open_store(config)
     try:

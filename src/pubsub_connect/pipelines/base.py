@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.io.librdkafka import KafkaLoginError, check_brokers, librdkafka_settings
 from pubsub_connect.io.spark import Capabilities
 from pubsub_connect.io.tables import TableRef, TableStore
 
@@ -104,6 +105,32 @@ class PipelineContext:
                 .queryName(query_name(config, stage))
                 .trigger(**self.trigger())
                 .start())
+
+    def librdkafka_client(self, role: str, config: ConnectorConfig | None = None) -> dict[str, str]:
+        """Settings for a librdkafka client acting as the worker's ``consumer`` or ``producer``:
+        the bootstrap servers, the worker's ``<role>.*`` keys, then the connector's
+        ``<role>.override.*`` keys (Connect's order), translated from the Java client's names."""
+        java = {"bootstrap.servers": self.worker.bootstrap_servers, **self.worker.client_conf(f"{role}.")}
+        shown = f"{role}."
+        if config is not None:
+            override = f"{role}.override."
+            overrides = {k[len(override):]: v for k, v in config.passthrough.items() if k.startswith(override)}
+            if overrides:
+                java.update(overrides)
+                shown = f"{role}.[override.]"
+        return librdkafka_settings(java, shown_prefix=shown)
+
+    def check_kafka(self, role: str, config: ConnectorConfig) -> None:
+        """Before a stage talks to Kafka: can its ``role`` client reach and log in to the brokers?
+
+        An unreachable broker raises a transient error (the stage runner prints it in one line
+        and restarts the stage); a refused login or TLS handshake stops the connector, since
+        retrying the same credentials cannot help.
+        """
+        try:
+            check_brokers(self.librdkafka_client(role, config))
+        except KafkaLoginError as exc:
+            raise ConnectorError(f"{config.name}: {exc}") from None
 
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
         """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers and
@@ -203,6 +230,7 @@ def error_line(exc: BaseException | str) -> str:
 
 
 _OUR_ERRORS = frozenset({"ConnectorError", "DataError", "PublishError", "PubSubIOError", "AckError",
+                         "KafkaUnreachableError",
                          "KafkaProduceError", "KafkaDataLossError", "KafkaOptionsError", "ConfigError"})
 
 
@@ -222,7 +250,8 @@ _TRANSIENT_MARKERS = (
     "UNAVAILABLE", "ServiceUnavailable", "DeadlineExceeded", "DEADLINE_EXCEEDED", "RetryError",
     "failed to connect to all addresses", "Connection refused", "Connection reset", "Socket closed",
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "Timed out", "BrokerTransportFailure",
-    "is the broker reachable", "TimeoutError", "No leaders found", "LEADER_NOT_AVAILABLE", "NOT_LEADER",
+    "is the broker reachable", "KafkaUnreachableError", "TimeoutError", "No leaders found",
+    "LEADER_NOT_AVAILABLE", "NOT_LEADER",
     # Spark gives a new Python worker a hard-coded 10 s to connect back: an overloaded machine
     "Python worker failed to connect back",
 )

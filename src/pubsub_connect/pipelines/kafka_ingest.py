@@ -49,6 +49,7 @@ def kafka_read_options(ctx: PipelineContext, config: ConnectorConfig) -> dict[st
 
 
 def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    ctx.check_kafka("consumer", config)
     bronze = TableRef(BRONZE, config.name)
     ctx.store.ensure(bronze, KAFKA_BRONZE)
     records = read_kafka(ctx.spark, kafka_read_options(ctx, config), caps=ctx.caps)

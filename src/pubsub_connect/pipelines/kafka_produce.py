@@ -32,11 +32,7 @@ STAGE = "produce"
 
 def producer_config(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, str]:
     """confluent-kafka producer settings: worker ``producer.*`` then ``producer.override.*``."""
-    client = {"bootstrap.servers": ctx.worker.bootstrap_servers, **ctx.worker.client_conf("producer.")}
-    for key, value in config.passthrough.items():
-        if key.startswith("producer.override."):
-            client[key[len("producer.override."):]] = value
-    return client
+    return ctx.librdkafka_client("producer", config)
 
 
 def transactional_id(config: ConnectorConfig) -> str:
@@ -70,6 +66,7 @@ def produce_batch(ctx: PipelineContext, config: ConnectorConfig, batch: DataFram
 
 def produce_stage(ctx: PipelineContext, config: ConnectorConfig, outbox_schema: StructType,
                   order: Sequence[str]) -> StreamingQuery:
+    ctx.check_kafka("producer", config)
     outbox = TableRef(OUTBOX, config.name)
     ctx.store.ensure(outbox, outbox_schema)
     topic = config.get("kafka.topic")

@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pubsub_connect.config import BYTE_ARRAY_CONVERTER, ConnectorConfig
+from pubsub_connect.io.librdkafka import with_client_logger
 from pubsub_connect.io.pubsublite import (
     LiteConnection,
     LiteIOError,
@@ -87,10 +88,9 @@ def kafka_partition_counts(ctx: PipelineContext, config: ConnectorConfig) -> dic
 
     from confluent_kafka.admin import AdminClient
 
-    client = {"bootstrap.servers": ctx.worker.bootstrap_servers}
-    client.update({k: v for k, v in ctx.worker.client_conf("consumer.").items()
-                   if k.startswith(("security.", "ssl.", "sasl."))})
-    metadata = AdminClient(client).list_topics(timeout=30)
+    client = {k: v for k, v in ctx.librdkafka_client("consumer", config).items()
+              if k.startswith(("bootstrap.", "security.", "ssl.", "sasl."))}
+    metadata = AdminClient(with_client_logger(client)).list_topics(timeout=30)
     listed = config.get("topics")
     pattern = None if listed else re.compile(str(config.get("topics.regex")))
     counts = {}
@@ -125,6 +125,7 @@ def check_partitions(ctx: PipelineContext, config: ConnectorConfig, settings: Li
 def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     """The shared Kafka ingest, after the start-up check (so a misconfigured connector fails
     before it lands anything)."""
+    ctx.check_kafka("consumer", config)
     check_partitions(ctx, config, LiteSinkSettings.from_connector(config))
     return kafka_ingest(ctx, config)
 

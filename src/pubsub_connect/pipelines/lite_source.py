@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.io.librdkafka import with_client_logger
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
@@ -128,10 +129,9 @@ def kafka_partition_count(ctx: PipelineContext, topic: str) -> int:
     """Partitions of ``kafka.topic`` now (explicit partitions need the count)."""
     from confluent_kafka.admin import AdminClient
 
-    client = {"bootstrap.servers": ctx.worker.bootstrap_servers}
-    client.update({k: v for k, v in ctx.worker.client_conf("producer.").items()
-                   if k.startswith(("security.", "ssl.", "sasl."))})
-    found = AdminClient(client).list_topics(topic=topic, timeout=30).topics.get(topic)
+    client = {k: v for k, v in ctx.librdkafka_client("producer").items()
+              if k.startswith(("bootstrap.", "security.", "ssl.", "sasl."))}
+    found = AdminClient(with_client_logger(client)).list_topics(topic=topic, timeout=30).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         raise ConnectorError(f"Kafka topic {topic} (kafka.topic) does not exist: create it first")
     return len(found.partitions)
