@@ -111,14 +111,10 @@ class PipelineContext:
         the bootstrap servers, the worker's ``<role>.*`` keys, then the connector's
         ``<role>.override.*`` keys (Connect's order), translated from the Java client's names."""
         java = {"bootstrap.servers": self.worker.bootstrap_servers, **self.worker.client_conf(f"{role}.")}
-        shown = f"{role}."
         if config is not None:
             override = f"{role}.override."
-            overrides = {k[len(override):]: v for k, v in config.passthrough.items() if k.startswith(override)}
-            if overrides:
-                java.update(overrides)
-                shown = f"{role}.[override.]"
-        return librdkafka_settings(java, shown_prefix=shown)
+            java.update({k[len(override):]: v for k, v in config.passthrough.items() if k.startswith(override)})
+        return librdkafka_settings(java, shown_prefix=f"{role}.")
 
     def check_kafka(self, role: str, config: ConnectorConfig) -> None:
         """Before a stage talks to Kafka: can its ``role`` client reach and log in to the brokers?
