@@ -12,7 +12,9 @@ and drawn in ``benchmarks/results/summary.png`` when matplotlib is installed. ``
 some benchmarks and updates their entries in the existing summary.
 
 ``--full`` uses the full sizes (100k-record sink runs, larger conversion and latency runs);
-the default sizes took about 12 minutes on 2 shared cores (load average ~4).
+the default sizes took about 13 minutes on 2 idle cores. ``cps_sink-fallback``,
+``cps_source-fallback`` and ``lite-fallback`` run the same scripts with ``--engine fallback``, so
+the end-to-end figures of both engines come from one run.
 """
 
 from __future__ import annotations

@@ -134,6 +134,7 @@ def run_quickstart(storage_root: str | None, records: int) -> int:
             (connector,) = run.connectors
             print(f"running {connector.name} once ({connector_file})", flush=True)
             ctx = build_context(run.worker, once=True, progress=lambda line: print(line, flush=True))
+            print(f"engine: {ctx.caps.describe()}", flush=True)
             try:
                 run_stages(ctx, connector, stages_for(connector.kind))
             finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -24,4 +25,13 @@ def test_quickstart_delivers_every_sample_record(tmp_path: Path) -> None:
     assert "data=b'the quick brown fox'" in out and '"key": "dog"' in out and '"seq": "0"' in out
     assert '"kafka.topic": "quickstart"' in out
     assert (tmp_path / "quickstart-sink.properties").read_text().startswith("# The Cloud Pub/Sub sink")
-    assert (tmp_path / "data" / "outbox" / "quickstart-sink" / "_delta_log").is_dir()
+    # The engine Databricks runs: Spark's Kafka connector, and tables written by Delta Lake on Spark.
+    assert "engine: local: native kafka, native delta" in out
+    for table in ("bronze", "outbox"):
+        commits = sorted((tmp_path / "data" / table / "quickstart-sink" / "_delta_log").glob("*.json"))
+        assert commits, table
+        for commit in commits:
+            infos = [json.loads(line)["commitInfo"] for line in commit.read_text().splitlines()
+                     if '"commitInfo"' in line]
+            assert len(infos) == 1 and "Apache-Spark/4.2.0" in infos[0]["engineInfo"], (commit, infos)
+            assert "Delta-Lake/4.4.0" in infos[0]["engineInfo"], (commit, infos)
