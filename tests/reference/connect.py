@@ -52,13 +52,9 @@ CONNECT_RUNTIME = artifacts.ArtifactSet(
     (artifacts.Coordinate("org.apache.kafka", "connect-runtime", CONNECT_VERSION),
      artifacts.Coordinate("org.slf4j", "slf4j-reload4j", SLF4J_BINDING_VERSION)),
 )
-#: One shaded jar; its published POM declares only ``connect-api`` as ``provided``, so the
-#: resolution yields that jar alone.
-GOOGLE_CONNECTOR = artifacts.ArtifactSet(
-    "google-pubsub-kafka-connector",
-    (artifacts.Coordinate("com.google.cloud", "pubsub-group-kafka-connector", GOOGLE_CONNECTOR_VERSION),),
-)
-GOOGLE_CONNECTOR_MODULE = "pubsub-group-kafka-connector"
+#: One shaded jar that needs nothing else (its POM declares only ``connect-api``, provided):
+#: fetched as one file.
+GOOGLE_CONNECTOR = artifacts.Coordinate("com.google.cloud", "pubsub-group-kafka-connector", GOOGLE_CONNECTOR_VERSION)
 
 #: ServiceLoader manifests for the two Cloud Pub/Sub connectors. The shaded jar has none, so
 #: Connect would have to scan its ~23,000 classes by reflection on every start (several seconds
@@ -82,23 +78,17 @@ STOP_TIMEOUT_S = 30.0
 
 def resolve_reference_jars() -> tuple[list[Path], Path]:
     """The worker's classpath and the connector's jar, from the cache or Maven Central (first
-    use: ~1 min for the runtime, ~2 min for the connector, whose parent POM imports
-    Google's library BOMs)."""
+    use: ~1 min for the runtime, seconds for the connector's one jar)."""
     try:
-        classpath = artifacts.resolve(CONNECT_RUNTIME)
-        connector_jars = artifacts.resolve(GOOGLE_CONNECTOR)
+        return artifacts.resolve(CONNECT_RUNTIME), artifacts.fetch_jar(GOOGLE_CONNECTOR)
     except artifacts.ArtifactError as exc:
         raise svc.ServiceError(f"cannot get the reference Kafka Connect and Google connector jars: {exc}") from None
-    jars = [jar for jar in connector_jars if GOOGLE_CONNECTOR_MODULE in jar.name]
-    if len(jars) != 1:
-        raise svc.ServiceError(f"expected one {GOOGLE_CONNECTOR_MODULE} jar among {[j.name for j in connector_jars]}")
-    return classpath, jars[0]
 
 
 def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
     """A ``plugin.path`` with one plugin directory: the connector jar (a link to the cached file,
     untouched) and the ServiceLoader manifests jar."""
-    plugin_dir = directory / "plugins" / GOOGLE_CONNECTOR_MODULE
+    plugin_dir = directory / "plugins" / GOOGLE_CONNECTOR.artifact
     plugin_dir.mkdir(parents=True, exist_ok=True)
     link = plugin_dir / connector_jar.name
     if link.is_symlink() or link.exists():
