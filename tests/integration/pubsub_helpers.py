@@ -134,18 +134,21 @@ def _received(raw: Any) -> Received:
 
 
 def pull_all(subscription: str, expected_count: int, timeout: float = 30.0, *, ack: bool = True,
-             batch_size: int = 1000) -> list[Received]:
+             batch_size: int = 1000, check: Callable[[], None] | None = None) -> list[Received]:
     """Pull until ``expected_count`` messages arrived, acking them unless ``ack=False``.
 
     Returns them in delivery order. Raises AssertionError naming the count if they do not all
     arrive within ``timeout``. If more arrive than expected, the extra ones are returned too,
-    so callers can assert exact counts.
+    so callers can assert exact counts. ``check`` is called before each pull and may raise to
+    stop waiting early (e.g. when the publisher being tested has failed).
     """
     client = subscriber()
     path = subscription_path(subscription)
     got: list[Received] = []
     deadline = time.monotonic() + timeout
     while len(got) < expected_count:
+        if check is not None:
+            check()
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise AssertionError(f"pulled {len(got)} of {expected_count} message(s) from {path} "

@@ -3,6 +3,7 @@ errors when nothing can be had."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -79,3 +80,42 @@ def test_an_unreachable_repository_is_one_line(cache: Path, monkeypatch: pytest.
     assert "Connection refused" in message
     assert lines == [f"fetching org.example:thing_2.13:1.0.0 and dependencies from http://127.0.0.1:9/ into {cache} "
                      "(first run only)"]
+
+
+def test_fetch_jar_checks_the_published_sha1_and_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One jar from a repository's layout (a local HTTP server here): kept only when its bytes
+    match the ``.sha1`` beside it, then served from the cache without the network."""
+    import hashlib
+    import http.server
+    import threading
+
+    repo = tmp_path / "repo"
+    module = repo / "com" / "example" / "shaded" / "1.0"
+    module.mkdir(parents=True)
+    (module / "shaded-1.0.jar").write_bytes(b"jar bytes")
+    (module / "shaded-1.0.jar.sha1").write_text(hashlib.sha1(b"jar bytes").hexdigest() + "  shaded-1.0.jar\n")
+    module_bad = repo / "com" / "example" / "bad" / "1.0"
+    module_bad.mkdir(parents=True)
+    (module_bad / "bad-1.0.jar").write_bytes(b"tampered")
+    (module_bad / "bad-1.0.jar.sha1").write_text(hashlib.sha1(b"original").hexdigest())
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PUBSUB_CONNECT_CACHE", str(tmp_path / "cache"))
+    # the local server replaces Maven Central: nothing leaves the machine
+    monkeypatch.setenv(artifacts.REPOSITORIES_ENV, f"http://127.0.0.1:{server.server_address[1]}/")
+    try:
+        jar = artifacts.fetch_jar(artifacts.Coordinate("com.example", "shaded", "1.0"), report=None)
+        assert jar == tmp_path / "cache" / "jars" / "com.example" / "shaded-1.0.jar"
+        assert jar.read_bytes() == b"jar bytes"
+        with pytest.raises(artifacts.ArtifactError, match=r"^cannot fetch com\.example:bad:1\.0: .*SHA-1 "):
+            artifacts.fetch_jar(artifacts.Coordinate("com.example", "bad", "1.0"), report=None)
+        assert not (tmp_path / "cache" / "jars" / "com.example" / "bad-1.0.jar").exists()
+    finally:
+        server.shutdown()
+        server.server_close()
+    # cached: no server needed, offline is fine
+    assert artifacts.fetch_jar(artifacts.Coordinate("com.example", "shaded", "1.0"), offline=True) == jar

@@ -195,6 +195,60 @@ def resolve(artifacts: ArtifactSet, repositories: Sequence[str] = (), offline: b
         return _download(artifacts, repositories, report)
 
 
+def fetch_jar(coordinate: Coordinate, repositories: Sequence[str] = (), offline: bool = False,
+              report: Callable[[str], None] | None = _announce) -> Path:
+    """One jar *without* its dependencies, downloaded from the repository layout and checked
+    against its published SHA-1, then cached.
+
+    Why beside :func:`resolve`: a self-contained (shaded) jar needs nothing else, but Ivy would
+    still read its POM's parents and every BOM they import — for Google's connector ~200 poms and
+    two minutes — before it yields the one file.
+    """
+    repositories = [*repositories, *[r for r in default_repositories() if r not in repositories]]
+    name = f"{coordinate.artifact}-{coordinate.version}.jar"
+    target = cache_dir() / "jars" / coordinate.group / name
+    if target.is_file():
+        return target
+    if offline:
+        raise ArtifactError(f"{coordinate}: not in the cache {cache_dir()} and downloads are off")
+    with _resolution_lock():
+        if target.is_file():  # another process may have just fetched it
+            return target
+        if report is not None:
+            report(f"fetching {coordinate} from {', '.join(repositories)} into {cache_dir()} (first run only)")
+        failures: list[str] = []
+        for repository in repositories:
+            url = (f"{repository.rstrip('/')}/{coordinate.group.replace('.', '/')}/{coordinate.artifact}/"
+                   f"{coordinate.version}/{name}")
+            try:
+                _download_checked(url, target)
+                return target
+            except (OSError, ValueError) as exc:  # urllib's errors are OSErrors
+                failures.append(f"{url}: {exc}")
+        raise ArtifactError(f"cannot fetch {coordinate}: {'; '.join(failures)}")
+
+
+def _download_checked(url: str, target: Path, timeout_s: float = 60) -> None:
+    """``url`` into ``target`` (atomically) when its bytes match the ``.sha1`` published beside it."""
+    from urllib.request import urlopen
+
+    with urlopen(url + ".sha1", timeout=timeout_s) as answer:
+        expected = answer.read().decode("ascii", "replace").split()[0].strip().lower()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.part")
+    digest = hashlib.sha1()  # Maven publishes SHA-1: an integrity check, not a security one
+    try:
+        with urlopen(url, timeout=timeout_s) as answer, open(partial, "wb") as out:
+            while chunk := answer.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        if digest.hexdigest() != expected:
+            raise ValueError(f"SHA-1 {digest.hexdigest()} is not the published {expected}")
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def _resolution_lock() -> Iterator[None]:
     """One resolution at a time per cache: Ivy's cache is not safe for concurrent writers (tests

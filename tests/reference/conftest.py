@@ -1,0 +1,66 @@
+"""Fixtures of the reference tests: Google's connector in Kafka Connect standalone, one worker
+per session (a JVM, ~300 MB), started only when a test asks for it and stopped at the end of the
+session together with the loopback fronts it reaches Pub/Sub through.
+
+The first use resolves the worker's and the connector's jars from Maven Central (~3 min); the
+timings are shown in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from integration.kafka_tls import make_server_tls
+from integration.pubsub_helpers import PROJECT
+from reference.connect import ConnectStandalone, resolve_reference_jars
+from reference.fronts import FRONT_DNS_NAMES, FRONT_IP_ADDRESSES, GoogleApiFronts, write_fake_service_account
+
+#: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
+TIMINGS: dict[str, float] = {}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if TIMINGS:
+        terminalreporter.write_sep("-", "reference connector (Google's, in Kafka Connect)")
+        for what, seconds in TIMINGS.items():
+            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def google_api_fronts(pubsub_emulator_host: str, services_dir: Path) -> Iterator[GoogleApiFronts]:
+    """TLS front, CONNECT proxy and token endpoint for the emulator, on loopback.
+
+    At teardown, fails if anything asked the proxy for another destination than Pub/Sub's
+    default endpoint: the reference must not try to leave the machine.
+    """
+    tls = make_server_tls(services_dir / "google-api-tls", FRONT_DNS_NAMES, FRONT_IP_ADDRESSES)
+    with GoogleApiFronts(pubsub_emulator_host, tls) as fronts:
+        yield fronts
+    assert not fronts.activity.refused, f"the reference tried to reach other hosts: {fronts.activity.refused}"
+
+
+@pytest.fixture(scope="session")
+def google_connect(kafka_bootstrap: str, google_api_fronts: GoogleApiFronts,
+                   services_dir: Path) -> Iterator[ConnectStandalone]:
+    """A Kafka Connect standalone worker running Google's connector against the test broker and
+    the emulator; tests add connectors with :meth:`ConnectStandalone.running`."""
+    directory = services_dir / "google-connect"
+    credentials = write_fake_service_account(directory / "service-account.json", google_api_fronts.token_uri,
+                                             PROJECT)
+    resolving = time.monotonic()
+    resolve_reference_jars()
+    TIMINGS["jars (Connect runtime + Google connector) from the cache or Maven Central"] = (
+        time.monotonic() - resolving)
+    worker = ConnectStandalone(directory, kafka_bootstrap, google_api_fronts, credentials)
+    worker.start()
+    TIMINGS["Connect start (JVM start to REST API answering)"] = worker.started_in_s
+    try:
+        yield worker
+    finally:
+        stopping = time.monotonic()
+        worker.stop()
+        TIMINGS["Connect stop"] = time.monotonic() - stopping

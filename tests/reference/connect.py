@@ -1,0 +1,338 @@
+"""Google's Pub/Sub Group Kafka Connector, unmodified, in Kafka Connect standalone: the reference
+that differential tests compare this project's connectors with.
+
+What runs: Apache Kafka Connect (``connect-runtime``, the Kafka release the connector is built
+on) as one standalone worker JVM, with the connector's shaded jar on its ``plugin.path``. Both
+come from Maven Central through :mod:`pubsub_connect.io.artifacts` (resolved on first use into
+the project's cache, offline afterwards); the worker is started with
+:class:`pubsub_connect.io.services.ManagedProcess` and stopped with
+:func:`~pubsub_connect.io.services.stop_pid`, like the test broker.
+
+How it reaches the emulator: through :class:`reference.fronts.GoogleApiFronts` (TLS front, CONNECT
+proxy, token endpoint) and a fake service-account key. The worker is *always* started with the
+proxy and the key, so nothing it does can reach Google or a metadata server.
+
+Connectors are added over the worker's REST API (on 127.0.0.1) and each add waits until the
+REST API reports the connector and all its tasks ``RUNNING``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import urllib.error
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pubsub_connect.io import artifacts
+from pubsub_connect.io import services as svc
+from reference.fronts import GoogleApiFronts
+
+log = logging.getLogger(__name__)
+
+#: The release of Google's connector used as the reference (the newest on Maven Central).
+GOOGLE_CONNECTOR_VERSION = "1.3.3"
+#: The Kafka release that connector is built on (its POM's ``kafka.version``): its Connect runtime.
+CONNECT_VERSION = "3.9.1"
+#: Connect 3.9 logs through SLF4J 1.7 and reload4j, but ``connect-runtime`` brings no binding
+#: (Kafka's distribution adds it): without it the worker's log is lost.
+SLF4J_BINDING_VERSION = "1.7.36"
+
+SINK_CONNECTOR_CLASS = "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector"
+SOURCE_CONNECTOR_CLASS = "com.google.pubsub.kafka.source.CloudPubSubSourceConnector"
+
+CONNECT_RUNTIME = artifacts.ArtifactSet(
+    "kafka-connect-reference",
+    (artifacts.Coordinate("org.apache.kafka", "connect-runtime", CONNECT_VERSION),
+     artifacts.Coordinate("org.slf4j", "slf4j-reload4j", SLF4J_BINDING_VERSION)),
+)
+#: One shaded jar that needs nothing else (its POM declares only ``connect-api``, provided):
+#: fetched as one file.
+GOOGLE_CONNECTOR = artifacts.Coordinate("com.google.cloud", "pubsub-group-kafka-connector", GOOGLE_CONNECTOR_VERSION)
+
+#: ServiceLoader manifests for the two Cloud Pub/Sub connectors. The shaded jar has none, so
+#: Connect would have to scan its ~23,000 classes by reflection on every start (several seconds
+#: and much heap); a small jar beside it with the manifests lets ``plugin.discovery=service_load``
+#: find them without touching the connector's own jar.
+SERVICE_MANIFESTS = {
+    "META-INF/services/org.apache.kafka.connect.sink.SinkConnector": SINK_CONNECTOR_CLASS,
+    "META-INF/services/org.apache.kafka.connect.source.SourceConnector": SOURCE_CONNECTOR_CLASS,
+}
+
+CONNECT_JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
+                       "-Djava.awt.headless=true")
+#: How long the worker may take until its REST API answers (~5 s here) and a connector until it
+#: and its tasks run (the source connector first checks its subscription: ~3 s).
+START_TIMEOUT_S = 120.0
+CONNECTOR_TIMEOUT_S = 120.0
+#: The source task misses Connect's 5 s graceful stop (its streaming pull takes longer to end),
+#: so a worker with a source connector needs ~10 s to stop.
+STOP_TIMEOUT_S = 30.0
+
+
+def resolve_reference_jars() -> tuple[list[Path], Path]:
+    """The worker's classpath and the connector's jar, from the cache or Maven Central (first
+    use: ~1 min for the runtime, seconds for the connector's one jar)."""
+    try:
+        return artifacts.resolve(CONNECT_RUNTIME), artifacts.fetch_jar(GOOGLE_CONNECTOR)
+    except artifacts.ArtifactError as exc:
+        raise svc.ServiceError(f"cannot get the reference Kafka Connect and Google connector jars: {exc}") from None
+
+
+def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
+    """A ``plugin.path`` with one plugin directory: the connector jar (a link to the cached file,
+    untouched) and the ServiceLoader manifests jar."""
+    plugin_dir = directory / "plugins" / GOOGLE_CONNECTOR.artifact
+    plugin_dir.mkdir(parents=True, exist_ok=True)
+    link = plugin_dir / connector_jar.name
+    if link.is_symlink() or link.exists():
+        link.unlink()
+    link.symlink_to(connector_jar)
+    with zipfile.ZipFile(plugin_dir / "pubsub-connector-service-manifests.jar", "w") as manifests:
+        for entry, connector_class in SERVICE_MANIFESTS.items():
+            manifests.writestr(entry, connector_class + "\n")
+    return directory / "plugins"
+
+
+def _write_properties(path: Path, values: Mapping[str, str], comment: str) -> Path:
+    lines = [f"# {comment}", *(f"{key}={str(value).replace(chr(92), chr(92) * 2)}" for key, value in values.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _write_log4j_config(directory: Path, log_path: Path) -> Path:
+    """reload4j configuration: the worker logs to ``log_path``; its console keeps only the JVM's own output."""
+    return _write_properties(directory / "log4j.properties", {
+        "log4j.rootLogger": "INFO, file",
+        "log4j.appender.file": "org.apache.log4j.RollingFileAppender",
+        "log4j.appender.file.File": str(log_path),
+        "log4j.appender.file.MaxFileSize": "50MB",
+        "log4j.appender.file.MaxBackupIndex": "2",
+        "log4j.appender.file.layout": "org.apache.log4j.PatternLayout",
+        "log4j.appender.file.layout.ConversionPattern": "[%d] %p %m (%c)%n",
+        # The consumer and producer configs are logged in full for each task: noise here.
+        "log4j.logger.org.apache.kafka.clients": "WARN",
+        "log4j.logger.org.apache.kafka.common.config.AbstractConfig": "WARN",
+    }, "written by the reference-connector test harness")
+
+
+def worker_properties(directory: Path, bootstrap: str, rest_port: int, plugin_path: Path) -> dict[str, str]:
+    """A standalone worker on loopback. Converters default to bytes as they are; each connector
+    names its own, so the comparison never depends on a worker default."""
+    return {
+        "bootstrap.servers": bootstrap,
+        "key.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "value.converter": "org.apache.kafka.connect.converters.ByteArrayConverter",
+        "offset.storage.file.filename": str(directory / "source-offsets"),
+        # Google's source task acknowledges Pub/Sub messages when Connect commits offsets: often
+        # enough to stay far inside the subscription's ack deadline.
+        "offset.flush.interval.ms": "1000",
+        "plugin.path": str(plugin_path),
+        "plugin.discovery": "service_load",
+        "listeners": f"http://{svc.LOOPBACK}:{rest_port}",
+        "rest.advertised.host.name": svc.LOOPBACK,
+        "rest.advertised.port": str(rest_port),
+    }
+
+
+class ConnectStandalone:
+    """One Kafka Connect standalone worker with Google's connector, reaching Pub/Sub through ``fronts``.
+
+    ``credentials_file`` is put into every connector's ``gcp.credentials.file.path`` (and the
+    worker's ``GOOGLE_APPLICATION_CREDENTIALS``): the connector must never look for other
+    credentials.
+    """
+
+    def __init__(self, directory: Path, bootstrap: str, fronts: GoogleApiFronts, credentials_file: Path):
+        self.directory = Path(directory).resolve()
+        self.bootstrap = bootstrap
+        self.fronts = fronts
+        self.credentials_file = credentials_file
+        self.rest_port = 0
+        self.pid = 0
+        self.log_path = self.directory / "connect.log"
+        self.console_path = self.directory / "console.log"
+        self.started_in_s = 0.0
+        self._proc: Any = None
+
+    @property
+    def rest_url(self) -> str:
+        return f"http://{svc.LOOPBACK}:{self.rest_port}"
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> ConnectStandalone:
+        """Start the worker; returns once its REST API answers (``GET /`` reports the version)."""
+        if not (self.fronts.proxy_port and self.credentials_file.is_file()):
+            raise svc.ServiceError("the reference worker needs the running fronts and a credentials file")
+        classpath, connector_jar = resolve_reference_jars()
+        java = svc.kafka_java()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        plugin_path = prepare_plugin_path(self.directory, connector_jar)
+        self.rest_port = svc.free_port()
+        worker = _write_properties(self.directory / "worker.properties",
+                                   worker_properties(self.directory, self.bootstrap, self.rest_port, plugin_path),
+                                   "written by the reference-connector test harness")
+        log4j = _write_log4j_config(self.directory, self.log_path)
+        argv = [java, *CONNECT_JVM_OPTIONS, f"-XX:ErrorFile={self.directory / 'hs_err_pid%p.log'}",
+                f"-Dlog4j.configuration={log4j.as_uri()}", *self.fronts.jvm_options(),
+                "-cp", os.pathsep.join(str(jar) for jar in classpath),
+                "org.apache.kafka.connect.cli.ConnectStandalone", str(worker)]
+        # NO_GCE_CHECK: google-auth must not probe for a metadata server, whatever happens.
+        env = {"GOOGLE_APPLICATION_CREDENTIALS": str(self.credentials_file), "NO_GCE_CHECK": "true"}
+        started = time.monotonic()
+        self._proc = svc.ManagedProcess("kafka-connect-reference", argv, self.console_path, env).start()
+        self.pid = self._proc.pid
+        try:
+            self._wait_for_rest(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.started_in_s = time.monotonic() - started
+        log.info("Kafka Connect %s with Google's connector %s: REST API at %s after %.1f s", CONNECT_VERSION,
+                 GOOGLE_CONNECTOR_VERSION, self.rest_url, self.started_in_s)
+        return self
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        if self.pid:
+            svc.stop_pid(self.pid, timeout_s)
+            self.pid = 0
+
+    def __enter__(self) -> ConnectStandalone:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- REST ----------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: object = None, timeout_s: float = 10.0) -> tuple[int, Any]:
+        """One REST call; ``(status, parsed JSON or None)``. No proxy: ``http_proxy`` in the
+        environment must not divert a loopback call."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.rest_url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=timeout_s) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            return status, json.loads(raw) if raw else None
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def _check_alive(self) -> None:
+        if self._proc is not None and self._proc.poll() is not None:
+            raise svc._died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
+
+    def _wait_for_rest(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                status, body = self._request("GET", "/", timeout_s=2)
+            except OSError as exc:  # refused until the REST server listens
+                last = exc
+            else:
+                if status == 200:
+                    return
+                last = f"HTTP {status}: {body}"
+            time.sleep(0.1)
+        raise svc.ServiceError(f"the reference Kafka Connect REST API at {self.rest_url} did not answer within "
+                               f"{timeout_s:.0f} s: {last} (see {self.log_path})")
+
+    def connector_config(self, name: str, connector_class: str, settings: Mapping[str, str]) -> dict[str, str]:
+        """``settings`` plus what every reference connector must have: its name, class and the
+        fake credentials (which override any others, so nothing looks for real ones)."""
+        return {**settings, "name": name, "connector.class": connector_class,
+                "gcp.credentials.file.path": str(self.credentials_file)}
+
+    def add_connector(self, name: str, connector_class: str, settings: Mapping[str, str],
+                      timeout_s: float = CONNECTOR_TIMEOUT_S) -> dict[str, Any]:
+        """Create a connector and wait until it and all its tasks are ``RUNNING``; returns its status.
+
+        Fails fast (with the first line of Connect's trace) when the connector or a task fails.
+        """
+        self.create_connector(name, connector_class, settings)
+        return self.wait_running(name, timeout_s)
+
+    def create_connector(self, name: str, connector_class: str, settings: Mapping[str, str]) -> None:
+        config = self.connector_config(name, connector_class, settings)
+        status, body = self._request("POST", "/connectors", {"name": name, "config": config})
+        if status not in (200, 201):
+            raise svc.ServiceError(f"cannot create reference connector {name}: HTTP {status}: {body}")
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """The connector's status (``connector`` and ``tasks``, each with its ``state``), or None
+        while the worker does not know it yet."""
+        self._check_alive()
+        status, body = self._request("GET", f"/connectors/{name}/status")
+        return body if status == 200 and isinstance(body, dict) else None
+
+    def failure(self, name: str) -> str | None:
+        """Why the connector or a task of it failed, in one line: the trace's first line and its
+        root cause (Connect wraps a task's exception in its own). None while nothing failed."""
+        body = self.status(name)
+        for state in [body["connector"], *body.get("tasks", [])] if body else []:
+            if state.get("state") == "FAILED":
+                lines = (state.get("trace") or "").strip().splitlines()
+                causes = [line.strip() for line in lines if line.startswith("Caused by:")]
+                return " ... ".join([lines[0], causes[-1]] if causes else lines[:1]) or "FAILED without a trace"
+        return None
+
+    def raise_if_failed(self, name: str) -> None:
+        """Raise when the connector or a task of it has failed: waiting for its output is then pointless."""
+        reason = self.failure(name)
+        if reason is not None:
+            raise svc.ServiceError(f"reference connector {name} failed: {reason} (see {self.log_path})")
+
+    def wait_running(self, name: str, timeout_s: float = CONNECTOR_TIMEOUT_S) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: object = None
+        while time.monotonic() < deadline:
+            self.raise_if_failed(name)
+            body = self.status(name)
+            if body and body.get("tasks") and all(
+                    s.get("state") == "RUNNING" for s in [body["connector"], *body["tasks"]]):
+                return body
+            last = body
+            time.sleep(0.1)
+        raise svc.ServiceError(f"reference connector {name} was not RUNNING within {timeout_s:.0f} s: {last}")
+
+    def wait_failed(self, name: str, timeout_s: float = CONNECTOR_TIMEOUT_S) -> str:
+        """Wait until the connector or one of its tasks has failed; returns the trace's first line."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            reason = self.failure(name)
+            if reason is not None:
+                return reason
+            time.sleep(0.1)
+        raise svc.ServiceError(f"reference connector {name} did not fail within {timeout_s:.0f} s: {self.status(name)}")
+
+    def remove_connector(self, name: str) -> None:
+        status, body = self._request("DELETE", f"/connectors/{name}", timeout_s=STOP_TIMEOUT_S)
+        if status not in (200, 204, 404):
+            raise svc.ServiceError(f"cannot delete reference connector {name}: HTTP {status}: {body}")
+
+    @contextlib.contextmanager
+    def running(self, name: str, connector_class: str, settings: Mapping[str, str],
+                wait: bool = True) -> Iterator[dict[str, Any] | None]:
+        """A connector for the duration of a ``with`` block; deleted afterwards (also on failure).
+
+        ``wait=False`` does not wait for ``RUNNING``: for a connector expected to fail.
+        """
+        try:
+            if wait:
+                yield self.add_connector(name, connector_class, settings)
+            else:
+                self.create_connector(name, connector_class, settings)
+                yield None
+        finally:
+            self.remove_connector(name)
