@@ -100,15 +100,9 @@ def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
     return directory / "plugins"
 
 
-def _write_properties(path: Path, values: Mapping[str, str], comment: str) -> Path:
-    lines = [f"# {comment}", *(f"{key}={str(value).replace(chr(92), chr(92) * 2)}" for key, value in values.items())]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
 def _write_log4j_config(directory: Path, log_path: Path) -> Path:
     """reload4j configuration: the worker logs to ``log_path``; its console keeps only the JVM's own output."""
-    return _write_properties(directory / "log4j.properties", {
+    return svc.write_java_properties(directory / "log4j.properties", {
         "log4j.rootLogger": "INFO, file",
         "log4j.appender.file": "org.apache.log4j.RollingFileAppender",
         "log4j.appender.file.File": str(log_path),
@@ -174,7 +168,7 @@ class ConnectStandalone:
         self.directory.mkdir(parents=True, exist_ok=True)
         plugin_path = prepare_plugin_path(self.directory, connector_jar)
         self.rest_port = svc.free_port()
-        worker = _write_properties(self.directory / "worker.properties",
+        worker = svc.write_java_properties(self.directory / "worker.properties",
                                    worker_properties(self.directory, self.bootstrap, self.rest_port, plugin_path),
                                    "written by the reference-connector test harness")
         log4j = _write_log4j_config(self.directory, self.log_path)
@@ -229,7 +223,7 @@ class ConnectStandalone:
 
     def _check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
-            raise svc._died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
+            raise svc.died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
 
     def _wait_for_rest(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -76,7 +76,8 @@ def _exit_reason(*log_paths: Path) -> str:
     return "no output"
 
 
-def _died(name: str, proc: subprocess.Popen[bytes], *log_paths: Path) -> ServiceError:
+def died(name: str, proc: subprocess.Popen[bytes], *log_paths: Path) -> ServiceError:
+    """The one-line error of a JVM service that exited while starting, with the reason from its logs."""
     where = ", ".join(str(p) for p in log_paths)
     return ServiceError(f"{name} exited with code {proc.returncode} during start-up: "
                         f"{_exit_reason(*log_paths)} (see {where})")
@@ -88,7 +89,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], name: str, timeout_
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise _died(name, proc, *log_paths)
+            raise died(name, proc, *log_paths)
         with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.5):
             return
         time.sleep(0.1)
@@ -365,7 +366,8 @@ def _escape_property(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def _write_properties(path: Path, values: Mapping[str, str], comment: str) -> Path:
+def write_java_properties(path: Path, values: Mapping[str, str], comment: str) -> Path:
+    """A Java ``.properties`` file (server, worker, logging configurations of the local JVMs)."""
     lines = [f"# {comment}", *(f"{key}={_escape_property(str(value))}" for key, value in values.items())]
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -373,7 +375,7 @@ def _write_properties(path: Path, values: Mapping[str, str], comment: str) -> Pa
 
 def _write_kafka_log4j_config(directory: Path, log_path: Path) -> Path:
     """Log4j 2 configuration: the broker logs to ``log_path`` (rolled at 50 MB), not to its console."""
-    return _write_properties(directory / "log4j2.properties", {
+    return write_java_properties(directory / "log4j2.properties", {
         "status": "warn",
         # Kafka logs its own shutdown from a JVM shutdown hook: Log4j must not stop before it.
         "shutdownHook": "disable",
@@ -452,7 +454,7 @@ def start_kafka(directory: Path, port: int | None = None, overrides: Mapping[str
     log_path = directory / "kafka.log"
     console_path = directory / "console.log"
     data_dir = directory / "data"
-    server_properties = _write_properties(
+    server_properties = write_java_properties(
         directory / "server.properties",
         {**kafka_server_properties(directory, port, controller_port, sasl_ssl), **(overrides or {})},
         "written by pubsub-connect on every start of the local Kafka broker")
@@ -510,7 +512,7 @@ def _wait_for_kafka_metadata(bootstrap: str, proc: subprocess.Popen[bytes], time
     last: object = None
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise _died("Kafka broker", proc, *log_paths)
+            raise died("Kafka broker", proc, *log_paths)
         try:
             metadata = admin.list_topics(timeout=2)
         except Exception as exc:  # KafkaException while the broker warms up
