@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, KNOWN_CONVERTERS
+
 log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
@@ -222,19 +224,14 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
     return Key(name, type_, default, doc, **kw)
 
 
-BYTE_ARRAY_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
-STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
-JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
-CONVERTERS = (
-    BYTE_ARRAY_CONVERTER,
-    STRING_CONVERTER,
-    JSON_CONVERTER,
-    "org.apache.kafka.connect.converters.IntegerConverter",
-    "org.apache.kafka.connect.converters.LongConverter",
-    "org.apache.kafka.connect.converters.FloatConverter",
-    "org.apache.kafka.connect.converters.DoubleConverter",
-    "org.apache.kafka.connect.converters.ShortConverter",
-)
+#: The converters the data model implements (one table for validation and conversion).
+CONVERTERS = KNOWN_CONVERTERS
+#: Connect's default ``header.converter``.
+SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+#: Header converters accepted: header values become attribute text (or Kafka header bytes) the
+#: same way under each, as their UTF-8 text (see the README's divergence table).
+HEADER_CONVERTERS = (SIMPLE_HEADER_CONVERTER, "org.apache.kafka.connect.storage.StringConverter",
+                     "org.apache.kafka.connect.converters.ByteArrayConverter")
 
 # Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).
 COMMON_KEYS: tuple[Key, ...] = (
@@ -243,6 +240,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     _k("tasks.max", "int", 1, "Parallelism: Spark partitions for convert/publish, pullers for sources.", min=1),
     _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=CONVERTERS),
     _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=CONVERTERS),
+    _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers (values are "
+       "carried as their UTF-8 text under each).", choices=HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", True, "JsonConverter: keys use the schema envelope."),
     _k("value.converter.schemas.enable", "boolean", True, "JsonConverter: values use the schema envelope."),
     _k("errors.tolerance", "enum", "none", "none: stop at the first bad record; all: dead-letter it.",
@@ -422,6 +421,7 @@ WORKER_KEYS: tuple[Key, ...] = (
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
     _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS),
+    _k("header.converter", "enum", None, "Default header.converter for connectors.", choices=HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", None, "Default for connectors."),
     _k("value.converter.schemas.enable", "boolean", None, "Default for connectors."),
 )
@@ -439,7 +439,7 @@ WORKER_IGNORED = frozenset({
 })
 
 # Keys a worker may give connectors as defaults (Kafka Connect semantics).
-INHERITED_BY_CONNECTORS = ("key.converter", "value.converter", "key.converter.schemas.enable",
+INHERITED_BY_CONNECTORS = ("key.converter", "value.converter", "header.converter", "key.converter.schemas.enable",
                            "value.converter.schemas.enable")
 
 

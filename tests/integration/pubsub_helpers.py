@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+import grpc
 from google.api_core import exceptions as gexc
 from google.cloud import pubsub_v1
+from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
 PROJECT = "test-project"
 
@@ -48,7 +50,9 @@ def _clients(host: str) -> tuple[pubsub_v1.PublisherClient, pubsub_v1.Subscriber
     assert os.environ.get("PUBSUB_EMULATOR_HOST") == host
     publisher = pubsub_v1.PublisherClient(
         publisher_options=pubsub_v1.types.PublisherOptions(enable_message_ordering=True))
-    return publisher, pubsub_v1.SubscriberClient()
+    # Pull answers may hold messages near Pub/Sub's 10 MB limit: over gRPC's default 4 MB.
+    channel = grpc.insecure_channel(host, options=[("grpc.max_receive_message_length", -1)])
+    return publisher, pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel))
 
 
 def publisher() -> pubsub_v1.PublisherClient:

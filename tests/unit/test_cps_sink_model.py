@@ -418,13 +418,15 @@ def test_header_size_limits_count_utf8_bytes() -> None:
         ("é" * 128 + "x", b"257-byte key"),
         ("v", ("é" * 512).encode()),  # 1024 bytes
         ("w", ("é" * 512 + "x").encode()),  # 1025 bytes
-        ("bad", b"\xc3"),  # invalid UTF-8
+        ("bad", b"\xc3"),  # invalid UTF-8: kept, as U+FFFD
+        ("bad-long", b"\xff" * 342),  # 342 U+FFFD are 1026 bytes of text
         ("null", None),
         ("", b"empty key is allowed"),
     ]
     result = map_record(rec(b"fox", key=None, headers=headers), HEADERS)
     assert result.message == PubsubMessage(
-        b"fox", {"k" * 256: "ok", "é" * 128: "256-byte key ok", "v": "é" * 512, "": "empty key is allowed"}
+        b"fox", {"k" * 256: "ok", "é" * 128: "256-byte key ok", "v": "é" * 512, "bad": "\ufffd",
+                 "": "empty key is allowed"}
     )
     assert result.skipped_headers == 5
 
@@ -451,8 +453,8 @@ def test_headers_at_the_cap_still_overwrite_existing_attributes() -> None:
 
 
 def test_invalid_headers_alone_publish_nothing_but_are_counted() -> None:
-    result = map_record(rec(None, key=None, headers=[("bad", b"\xff")]), HEADERS)
-    assert result == type(result)(None, 1)
+    result = map_record(rec(None, key=None, headers=[("null", None), ("long", b"x" * 1025)]), HEADERS)
+    assert result == type(result)(None, 2)
     result = map_record(rec(None, key=None, headers=[("h", b"x")]), HEADERS)
     assert result.message == PubsubMessage(b"", {"h": "x"})
 

@@ -23,9 +23,11 @@ publishing garbage or getting stuck on a message Pub/Sub will reject):
   would let through messages the publisher then rejects. We bound the *payload* — data +
   attribute keys and values + ordering key, in UTF-8 bytes — by ``10,000,000 - 4,000``; 4,000
   bytes covers the request's protobuf framing for the largest topic path and 100 attributes.
-* Null header values (Java: ``NullPointerException``) are skipped and counted like invalid UTF-8.
-  Header values are published as their UTF-8 text, not re-parsed by Connect's
-  ``SimpleHeaderConverter``.
+* Null header values (Java: ``NullPointerException``) are skipped and counted like over-limit
+  ones. Header values are published as their UTF-8 text (malformed bytes become U+FFFD, as in the
+  original), not re-parsed by Connect's ``SimpleHeaderConverter``: the original publishes Java's
+  ``toString`` of the parsed value (``1.50`` → ``1.5``, ``007`` → ``7``, ``{"a": 1}`` → ``{a=1}``,
+  ``2024-02-29`` → a date in the JVM's time zone) and stops on a header whose text is ``null``.
 * A MAP entry with a null value is skipped (like a null optional struct field); a null map key or
   a null array element is an :class:`UnsupportedValueError` (Java: ``NullPointerException``).
 * A record whose data would be empty *and* that has no attributes publishes nothing, like a null
@@ -285,11 +287,11 @@ def _array_body(schema: Schema, value: Any, body_name: str) -> bytes:
     return b"".join(parts)
 
 
-def _valid_utf8(data: bytes) -> str | None:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+def header_text(data: bytes) -> str:
+    """A header value as attribute text: its UTF-8 decoding, each malformed sequence replaced by
+    U+FFFD, as Connect's header converters decode header bytes (the text itself is not re-parsed:
+    see the module docstring)."""
+    return data.decode("utf-8", errors="replace")
 
 
 class CpsSinkMapper:
@@ -352,12 +354,12 @@ class CpsSinkMapper:
         skipped = 0
         if s.headers_publish and headers:
             for name, raw in headers:
-                text = _valid_utf8(raw) if raw is not None else None
+                text = header_text(raw) if raw is not None else None
                 if (
                     name is None
                     or text is None
                     or len(utf8(name)) > MAX_ATTRIBUTE_KEY_BYTES
-                    or len(raw) > MAX_ATTRIBUTE_VALUE_BYTES  # type: ignore[arg-type]
+                    or len(utf8(text)) > MAX_ATTRIBUTE_VALUE_BYTES
                     or (name not in attributes and len(attributes) >= MAX_ATTRIBUTES)
                 ):
                     skipped += 1
@@ -518,15 +520,18 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
         header_type = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
         headers = F.coalesce(col("headers"), F.array().cast(header_type))
         stage1.append(F.size(headers).alias("_header_count"))
+        # A header value's text is its UTF-8 decoding, each malformed byte sequence replaced by
+        # U+FFFD (as Connect's header converters decode it); the size limit applies to that text.
+        texts = F.transform(
+            F.filter(headers, lambda h: h["key"].isNotNull() & h["value"].isNotNull()),
+            lambda h: F.struct(h["key"].alias("key"), F.make_valid_utf8(h["value"].cast("string")).alias("value")),
+        )
         stage1.append(
             F.filter(
-                headers,
+                texts,
                 lambda h: (
-                    h["key"].isNotNull()
-                    & (F.octet_length(h["key"]) <= MAX_ATTRIBUTE_KEY_BYTES)
-                    & h["value"].isNotNull()
+                    (F.octet_length(h["key"]) <= MAX_ATTRIBUTE_KEY_BYTES)
                     & (F.octet_length(h["value"]) <= MAX_ATTRIBUTE_VALUE_BYTES)
-                    & F.is_valid_utf8(h["value"].cast("string"))
                 ),
             ).alias("_valid")
         )
@@ -557,9 +562,7 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
                 admitted,
                 lambda k: F.struct(
                     k.alias("key"),
-                    F.element_at(F.filter(col("_valid"), lambda h: h["key"] == k), -1)["value"]
-                    .cast("string")
-                    .alias("value"),
+                    F.element_at(F.filter(col("_valid"), lambda h: h["key"] == k), -1)["value"].alias("value"),
                 ),
             )
         )

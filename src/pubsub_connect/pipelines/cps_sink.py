@@ -59,6 +59,24 @@ def split_converted(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     return good, bad
 
 
+def count_unpublishable(converted: DataFrame) -> tuple[int, int]:
+    """(records that cannot be converted, records with neither data nor attributes), in one job."""
+    error = F.col("error_class").isNotNull()
+    row = converted.agg(F.count(F.when(error, 1)).alias("failed"),
+                        F.count(F.when(~error & F.col("data").isNull(), 1)).alias("empty")).first()
+    return int(row.failed), int(row.empty)
+
+
+def report_empty_records(config: ConnectorConfig, converted: DataFrame) -> None:
+    """Records with a null value and no attributes publish nothing, as in the original (Pub/Sub
+    refuses a message with neither); like the original, they leave a warning naming them (the
+    first ten of a micro-batch)."""
+    empty = converted.filter(F.col("error_class").isNull() & F.col("data").isNull())
+    for row in empty.select("topic", "partition", "offset").orderBy("topic", "partition", "offset").limit(10).collect():
+        log.warning("%s: record %s/%d@%d has no value and no attributes: not published", config.name, row.topic,
+                    row.partition, row.offset)
+
+
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
     ctx.store.ensure(bronze, KAFKA_BRONZE)
@@ -72,7 +90,10 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         converted = to_outbox(batch, settings).persist()
         try:
             good, bad = split_converted(converted)
-            dead_letter(ctx, config, dlq, bad, batch_id)
+            failed, empty = count_unpublishable(converted)
+            dead_letter(ctx, config, dlq, bad, batch_id, failed)
+            if empty:
+                report_empty_records(config, converted)
             ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             converted.unpersist()

@@ -28,9 +28,11 @@ def _coordinates(row: object) -> str:
     return f"{row.topic}/{row.partition}@{row.offset}"  # type: ignore[attr-defined]
 
 
-def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int) -> int:
-    """Apply the tolerance to a micro-batch's bad rows (``KAFKA_DLQ``-shaped); returns their count."""
-    count = bad.count()
+def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
+                count: int | None = None) -> int:
+    """Apply the tolerance to a micro-batch's bad rows (``KAFKA_DLQ``-shaped); returns their count
+    (``count``, when the caller already knows it, saves a Spark job)."""
+    count = bad.count() if count is None else count
     if count == 0:
         return 0
     order = [c for c in ("topic", "partition", "offset", "message_id") if c in bad.columns]
