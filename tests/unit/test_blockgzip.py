@@ -131,6 +131,16 @@ ORIGINAL_FILES: list[tuple[list[bytes], int, int, str, bytes]] = [
      b'"first_record_offset":40},{"byte_length_uncompressed":10,"num_records":2,"byte_length":28,'
      b'"byte_offset":31,"first_record_offset":41},{"byte_length_uncompressed":2,"num_records":1,'
      b'"byte_length":22,"byte_offset":59,"first_record_offset":43}]}'),
+    # UTF-8 without astral characters: one unit per character ("Zürich €5" is 9, in 12 bytes);
+    # "ñ" * 11 fills a 12-unit block exactly (22 bytes)
+    (["Zürich €5".encode(), "ééé".encode(), b"abc", "ñ".encode() * 11], 12, 200,
+     "1f8b08000000000000ff8b3abca728333943e151d31a532e006456252a0d000000"
+     "1f8b08000000000000ff3bbcf23010722526257301006f9a53dd0b000000"
+     "1f8b08000000000000ff3bbcf13016c80500be5646cf17000000",
+     b'{"chunks":[{"byte_length_uncompressed":10,"num_records":1,"byte_length":33,"byte_offset":0,'
+     b'"first_record_offset":200},{"byte_length_uncompressed":8,"num_records":2,"byte_length":30,'
+     b'"byte_offset":33,"first_record_offset":201},{"byte_length_uncompressed":12,"num_records":1,'
+     b'"byte_length":26,"byte_offset":63,"first_record_offset":203}]}'),
 ]
 
 

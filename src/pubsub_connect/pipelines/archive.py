@@ -19,7 +19,13 @@ Exactly-once by construction
 - **Deterministic cuts.** Blocks and files close on record data only (uncompressed block size,
   blocks per file, ``flush.size`` records, ``rotate.interval.ms`` of record time) — plus, at the
   end of a ``--once`` run or a clean stop, the open tail of each partition is written as a
-  shorter file (like Connect's flush on stop) instead of being left for the next run.
+  shorter file (like Connect's flush on stop) instead of being left for the next run. In a
+  continuous run a file also closes once it has been open for ``offset.flush.interval.ms``
+  (driver clock, from the micro-batch that read its first records; :class:`IdleFlusher` when no
+  micro-batch comes), as the original uploads its open files at every Connect offset commit: a
+  quiet topic's records reach the store within about that interval. Such a cut depends on time,
+  so a re-run after a crash may end that file elsewhere; exactly-once does not depend on it (the
+  store says where each partition resumes, and the retry rewrites the same name, index first).
 - **Atomic objects, index first.** A file is compressed into ``local.buffer.dir``; then its
   ``.index.json`` is written, then the ``.gz`` (one PUT or a multipart upload completed only
   when whole; temp file + rename locally). A visible ``.gz`` is therefore always whole and
@@ -58,7 +64,8 @@ batch to the next. Instead:
   after a crash needs anyway).
 - **Same bytes as one writer.** The sizer cuts blocks exactly where the writer does, so the
   files are byte-identical to those of a single writer that saw every record, whatever the
-  micro-batch boundaries (the tests compare them). Should Kafka return different records for a
+  micro-batch boundaries (the tests compare them) — and to the original's writer given the
+  same lines. Should Kafka return different records for a
   range on the second read (a compaction in between), the file holds what Kafka returned for
   that range and the ranges still tile the partition: nothing is archived twice or skipped.
 - **End of run.** The open files are written as shorter files by one more small job
