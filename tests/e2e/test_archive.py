@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,7 @@ from pubsub_connect.io import objectstore as ostore
 from pubsub_connect.io import services as svc
 from pubsub_connect.model import blockgzip as bg
 from pubsub_connect.pipelines import archive as arch
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.pipelines.base import ConnectorError, is_transient
 
 DAY_MS = 86_400_000
 T0 = 1_456_272_000_000  # 2016-02-24T00:00:00Z
@@ -432,6 +433,47 @@ def test_open_files_are_written_offset_flush_interval_after_their_first_records_
     idle = Run(ostore.LocalStore(tmp_path / "other"), _settings(tmp_path), ListSource(records), clock=lambda: 1e9)
     idle.batch(part(0, 0, 5))
     assert idle.coordinator.due() == [] and idle.coordinator.next_flush() is None
+
+
+def test_idle_flusher_writes_due_files_without_a_micro_batch_and_reports_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that writes due files while no micro-batch runs: it wakes when a file opens,
+    writes it once due (through the same job function as at the end of a run, here run in this
+    process), and when that job fails it keeps the error and stops the query."""
+    records: list[Record] = [("t", 0, o, T0, b"r%d" % o) for o in range(4)]
+    store = ostore.LocalStore(tmp_path / "out")
+    run = Run(store, _settings(tmp_path), ListSource(records), flush_interval_ms=50)
+    flushed = threading.Event()
+    failing = [False]
+
+    def flush_open_files(_spark: Any, coordinator: arch.ArchiveCoordinator,
+                         only: list[tuple[str, int]]) -> list[arch.PartitionReport]:
+        assert coordinator is run.coordinator
+        if failing[0]:
+            raise RuntimeError("Connection refused (S3)")
+        reports = run._flush(sorted(only))
+        flushed.set()
+        return reports
+
+    monkeypatch.setattr(arch, "flush_open_files", flush_open_files)
+    stopped = threading.Event()
+    flusher = arch.IdleFlusher(None, run.coordinator, stopped.set).start()  # type: ignore[arg-type]
+    try:
+        with run.coordinator.lock:
+            run.batch(records[:2])
+        assert flushed.wait(60), "the open file was never written"
+        assert [o.key for o in store.list() if o.key.endswith(".gz")] == ["arch/2016-02-24/t-00000-000000000000.gz"]
+        assert run.coordinator.open_files() == {}
+        failing[0] = True
+        with run.coordinator.lock:
+            run.batch(records[2:])
+        assert stopped.wait(60), "the failure did not stop the query"
+        assert isinstance(flusher.error, ConnectorError)
+        assert str(flusher.error) == ("writing the files due by offset.flush.interval.ms failed: "
+                                      "Connection refused (S3)")
+        assert is_transient(flusher.error)  # the stage runner restarts the stage
+    finally:
+        flusher.stop()
 
 
 def test_starting_offsets() -> None:
