@@ -351,7 +351,8 @@ ARCHIVE_KEYS: tuple[Key, ...] = (
     _k("output.path", "string", None, "Local directory or /Volumes/... path instead of S3."),
     _k("local.buffer.dir", "string", REQUIRED,
        "Existing directory, on every executor host, where a complete file is compressed before upload."),
-    _k("compressed_block_size", "long", 67_108_864, "Uncompressed bytes per gzip block.", min=1),
+    _k("compressed_block_size", "long", 67_108_864,
+       "Uncompressed length per gzip block (Java String length: bytes for ASCII).", min=0),
     _k("flush.size", "long", 0, "Records per file (0 = no count rotation).", min=0),
     _k("rotate.interval.ms", "long", 0, "Record-time span per file (0 = no time rotation).", min=0),
     _k("chunks.per.file", "int", 16, "Blocks per file before the file closes.", min=1),
@@ -417,6 +418,9 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("pipeline.batch.timeout.ms", "long", 900_000,
        "A micro-batch still running after this long is taken as stuck (a wedged client or Python worker): "
        "its stage is stopped and restarted from its checkpoint like after a transient failure (0 = never).", min=0),
+    _k("offset.flush.interval.ms", "long", 60_000,
+       "Continuous mode: the archive writes an open file at most this long after its first record arrived "
+       "(Connect commits, and the original archive sink uploads, at this interval).", min=0),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
@@ -430,7 +434,7 @@ WORKER_PREFIXES = ("spark.", "consumer.", "producer.", "admin.")
 
 # Connect worker keys that have no meaning here; accepted quietly (the file came from Connect).
 WORKER_IGNORED = frozenset({
-    "offset.storage.file.filename", "offset.flush.interval.ms", "plugin.path", "rest.port", "rest.host.name",
+    "offset.storage.file.filename", "plugin.path", "rest.port", "rest.host.name",
     "listeners", "group.id", "offset.storage.topic", "config.storage.topic", "status.storage.topic",
     "offset.storage.replication.factor", "config.storage.replication.factor",
     "status.storage.replication.factor", "internal.key.converter", "internal.value.converter",

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,7 +39,7 @@ from pubsub_connect.io import objectstore as ostore
 from pubsub_connect.io import services as svc
 from pubsub_connect.model import blockgzip as bg
 from pubsub_connect.pipelines import archive as arch
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.pipelines.base import ConnectorError, is_transient
 
 DAY_MS = 86_400_000
 T0 = 1_456_272_000_000  # 2016-02-24T00:00:00Z
@@ -88,8 +89,10 @@ class Run:
     topic-partition, sorted by offset, in Arrow batches of ``arrow_rows`` rows)."""
 
     def __init__(self, store: ostore.ObjectStore, settings: arch.ArchiveSettings, source: ListSource,
-                 resume: dict[tuple[str, int], int] | None = None, arrow_rows: int = 10_000):
-        self.coordinator = arch.ArchiveCoordinator(store, settings, "arch-test", source, resume or {})
+                 resume: dict[tuple[str, int], int] | None = None, arrow_rows: int = 10_000,
+                 flush_interval_ms: int | None = None, clock: Any = time.monotonic):
+        self.coordinator = arch.ArchiveCoordinator(store, settings, "arch-test", source, resume or {},
+                                                   flush_interval_ms=flush_interval_ms, clock=clock)
         self.arrow_rows = arrow_rows
         self.reports: list[arch.PartitionReport] = []
 
@@ -98,7 +101,13 @@ class Run:
 
     def finish(self) -> list[arch.PartitionReport]:
         """The end of a ``--once`` run: the open files are written."""
-        names = sorted(self.coordinator.open_files())
+        return self._flush(sorted(self.coordinator.open_files()))
+
+    def flush_due(self) -> list[arch.PartitionReport]:
+        """What :func:`arch.flush_due_files` runs: the files due by ``offset.flush.interval.ms``."""
+        return self._flush(self.coordinator.due())
+
+    def _flush(self, names: list[tuple[str, int]]) -> list[arch.PartitionReport]:
         table = pa.table({"topic": pa.array([t for t, _ in names], pa.string()),
                           "partition": pa.array([p for _, p in names], pa.int32())})
         return self._run(self.coordinator.task(final=True), table)
@@ -179,7 +188,12 @@ def test_file_cuts_do_not_depend_on_micro_batches(tmp_path: Path) -> None:
         position += step
     in_pieces, connector, source = run("pieces", pieces, 7)  # tiny Arrow batches: runs cross them
     assert in_pieces == whole
-    assert len(whole) == 2 * 27  # .gz + .index.json; mostly cut by chunks.per.file here
+    gz_keys = sorted(k for k in whole if k.endswith(".gz"))
+    assert len(gz_keys) == 31 and len(whole) == 2 * 31 + 3  # .gz + .index.json, a cursor per partition
+    # the original's cursor per partition: the key of its last index
+    assert {k: v for k, v in whole.items() if "last_chunk_index" in k} == {
+        f"arch/last_chunk_index.topic-a-{p:05d}.txt":
+            bg.index_key(max(k for k in gz_keys if f"-{p:05d}-" in k)).encode() for p in range(3)}
     assert _archived_records(ostore.LocalStore(tmp_path / "whole" / "out"), "arch/") == {
         ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
     # Every file was compressed once, in the batch that completed it; what earlier batches had
@@ -256,7 +270,11 @@ def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_
         # The process dies here: the open files were never written anywhere.
         visible = _snapshot(crashed, "arch/")
         assert not any(f"-{f.first_offset:012d}." in key for f in open_files.values() for key in visible)
+        cursors = {k: visible.pop(k) for k in list(visible) if "last_chunk_index" in k}
         assert set(visible) < set(expected) and all(visible[k] == expected[k] for k in visible)
+        # each cursor names the last index visible for its partition
+        assert cursors == {f"arch/last_chunk_index.topic-a-{p:05d}.txt": max(
+            k for k in visible if f"-{p:05d}-" in k and k.endswith(".index.json")).encode() for p in range(3)}
         assert not list((buffer / "arch-test").iterdir()), "each task removes its staging directory"
 
         resume = arch.resume_offsets(crashed, "arch/")
@@ -286,7 +304,10 @@ def test_index_is_written_before_the_data_and_leftover_indexes_are_ignored(tmp_p
     store = Spy(tmp_path / "out")
     records = [("t", 0, o, T0, b"v") for o in range(3)]
     Run(store, _settings(tmp_path, flush_size=2), ListSource(records)).batch(records)
-    assert calls == ["arch/2016-02-24/t-00000-000000000000.index.json", "arch/2016-02-24/t-00000-000000000000.gz"]
+    # index, data, then the original's cursor naming that index
+    assert calls == ["arch/2016-02-24/t-00000-000000000000.index.json", "arch/2016-02-24/t-00000-000000000000.gz",
+                     "arch/last_chunk_index.t-00000.txt"]
+    assert store.read("arch/last_chunk_index.t-00000.txt") == b"arch/2016-02-24/t-00000-000000000000.index.json"
     # a crash after the index of the next file: it is not a file yet, the resume point stays at 2
     store.put_bytes("arch/2016-02-24/t-00000-000000000002.index.json", bg.render_index([bg.Chunk(2, 1, 20, 0, 2)]))
     assert arch.resume_offsets(store, "arch/") == {("t", 0): 2}
@@ -301,6 +322,158 @@ def test_resume_from_files_without_index_or_with_a_wrong_one(tmp_path: Path) -> 
     store.put_bytes("2016-02-24/t-00003-000000000050.index.json", bg.render_index([bg.Chunk(3, 1, 5, 0, 50)]))
     with pytest.raises(ConnectorError, match="does not match its index"):
         arch.resume_offsets(store, "")
+
+
+def _write_original_file(store: ostore.ObjectStore, s3_prefix: str, upload_date: str, topic: str, partition: int,
+                         records: list[tuple[int, bytes]], block_size: int) -> str:
+    """One file as the original connector uploads it at an offset commit: key
+    ``<s3.prefix + "/" unless it ends with one><upload date>/<topic>-<partition %05d>-<first %012d>``,
+    the ``.gz`` (our writer makes the original's bytes: see the unit tests against its output),
+    then the index, then the cursor ``last_chunk_index.<topic>-<partition %05d>.txt`` naming the
+    index. Returns the index key."""
+    key_prefix = s3_prefix if not s3_prefix or s3_prefix.endswith("/") else s3_prefix + "/"
+    base = f"{key_prefix}{upload_date}/{topic}-{partition:05d}-{records[0][0]:012d}"
+    sink = io.BytesIO()
+    chunks = bg.write_file(records, sink, block_size)
+    store.put_bytes(base + ".gz", sink.getvalue())
+    store.put_bytes(base + ".index.json", bg.render_index(chunks))
+    store.put_bytes(f"{key_prefix}last_chunk_index.{topic}-{partition:05d}.txt", (base + ".index.json").encode())
+    return base + ".index.json"
+
+
+def test_resume_from_a_store_the_original_wrote(tmp_path: Path) -> None:
+    """The original's layout (``s3.prefix=systest`` without a slash, upload-date folders, its
+    cursors, an empty first block before a record longer than a block) is continued at the
+    next offset of every partition, with the same ``s3.prefix``: no record twice, none missing."""
+    topic = "orders"
+    values = {(p, o): b'{"p":%d,"o":%d}' % (p, o) for p in range(3) for o in range(120)}
+    values[(1, 0)] = b'{"big":"' + b"x" * 150 + b'"}'  # longer than a 100-character block
+    records: list[Record] = [(topic, p, o, T0 + o * 1000, values[(p, o)]) for p in range(3) for o in range(120)]
+    store = ostore.LocalStore(tmp_path / "out")
+    # p0: two offset commits ([0, 40) then [40, 75)), on different upload days; p1: one; p2: none
+    _write_original_file(store, "systest", "2026-11-23", topic, 0, [(o, values[(0, o)]) for o in range(40)], 100)
+    _write_original_file(store, "systest", "2026-11-24", topic, 0, [(o, values[(0, o)]) for o in range(40, 75)], 100)
+    _write_original_file(store, "systest", "2026-11-24", topic, 1, [(o, values[(1, o)]) for o in range(30)], 100)
+    original = _snapshot(store)
+    first_block = bg.parse_index(original["systest/2026-11-24/orders-00001-000000000000.index.json"])[0]
+    assert (first_block.num_records, first_block.byte_length, first_block.first_record_offset) == (0, 20, 0)
+
+    config = validate_connector({"name": "arch", "connector.class": "S3SinkConnector", "topics": topic,
+                                 "output.path": str(tmp_path / "out"), "local.buffer.dir": str(tmp_path),
+                                 "s3.prefix": "systest", "compressed_block_size": "100", "chunks.per.file": "1000"})
+    settings = arch.ArchiveSettings.from_config(config)
+    assert settings.prefix == "systest/"
+    resume = arch.resume_offsets(store, settings.prefix)
+    assert resume == {(topic, 0): 75, (topic, 1): 30}
+    assert json.loads(arch.starting_offsets(resume, [(topic, p) for p in range(3)])) == {
+        topic: {"0": 75, "1": 30, "2": -2}}
+
+    # Kafka delivers from there (earliest for p2), in two micro-batches; then the run ends
+    fed = [r for r in records if r[2] >= resume.get((r[0], r[1]), 0)]
+    run = Run(store, settings, ListSource(records), resume)
+    run.batch([r for r in fed if r[2] < 100])
+    run.batch([r for r in fed if r[2] >= 100])
+    run.finish()
+    assert sum(report.skipped for report in run.reports) == 0
+    archived = _archived_records(store, "systest/")  # checks every partition's files meet exactly
+    assert archived == {(topic, p): [(o, values[(p, o)]) for o in range(120)] for p in range(3)}
+    after = _snapshot(store)
+    assert {k: after[k] for k in original if "last_chunk_index" not in k} == {
+        k: v for k, v in original.items() if "last_chunk_index" not in k}
+    assert sorted(k for k in after if k.endswith(".gz") and k not in original) == [
+        f"systest/2016-02-24/{topic}-00000-000000000075.gz", f"systest/2016-02-24/{topic}-00001-000000000030.gz",
+        f"systest/2016-02-24/{topic}-00002-000000000000.gz"]
+    # the cursors now name our last files: the original could take the store back
+    assert {k: v for k, v in after.items() if "last_chunk_index" in k} == {
+        f"systest/last_chunk_index.{topic}-{p:05d}.txt":
+            f"systest/2016-02-24/{topic}-{p:05d}-{o:012d}.index.json".encode() for p, o in ((0, 75), (1, 30), (2, 0))}
+
+
+def test_open_files_are_written_offset_flush_interval_after_their_first_records_were_read(tmp_path: Path) -> None:
+    """``offset.flush.interval.ms`` (continuous runs): an open file is due that long after the
+    job that read its first records started, whatever comes (or does not come) after."""
+    now = [0.0]
+    records: list[Record] = [("t", p, o, T0 + o, b"t%d-%d" % (p, o)) for p in range(3) for o in range(10)]
+
+    def part(p: int, start: int, end: int) -> list[Record]:
+        return [r for r in records if r[1] == p and start <= r[2] < end]
+
+    store = ostore.LocalStore(tmp_path / "out")
+    run = Run(store, _settings(tmp_path), ListSource(records), flush_interval_ms=1000, clock=lambda: now[0])
+    coordinator = run.coordinator
+    run.batch(part(0, 0, 5) + part(1, 0, 3))  # t=0: two files open
+    now[0] = 0.5
+    run.batch(part(1, 3, 6))  # more records for an open file: its time does not change
+    now[0] = 0.6
+    run.batch(part(2, 0, 2))
+    assert coordinator.next_flush() == 1.0
+    now[0] = 0.999
+    assert coordinator.due() == [] and run.flush_due() == []
+    assert not [o.key for o in store.list() if o.key.endswith(".gz")]
+    now[0] = 1.0
+    assert coordinator.due() == [("t", 0), ("t", 1)]
+    run.flush_due()
+    assert sorted(o.key for o in store.list() if o.key.endswith(".gz")) == [
+        "arch/2016-02-24/t-00000-000000000000.gz", "arch/2016-02-24/t-00001-000000000000.gz"]
+    assert coordinator.next_flush() == pytest.approx(1.6)
+    now[0] = 1.2
+    run.batch(part(0, 5, 8))  # a new file for p0, due at 2.2
+    now[0] = 1.6
+    assert coordinator.due() == [("t", 2)]
+    run.flush_due()
+    assert coordinator.next_flush() == pytest.approx(2.2)
+    now[0] = 2.2
+    run.flush_due()
+    assert coordinator.next_flush() is None and coordinator.open_files() == {}
+    assert {tp: [o for o, _ in recs] for tp, recs in _archived_records(store, "arch/").items()} == {
+        ("t", 0): list(range(8)), ("t", 1): list(range(6)), ("t", 2): list(range(2))}
+    assert sorted(o.key.rsplit("/", 1)[1] for o in store.list() if o.key.endswith(".gz")) == [
+        "t-00000-000000000000.gz", "t-00000-000000000005.gz", "t-00001-000000000000.gz", "t-00002-000000000000.gz"]
+    # without the interval (a --once run) nothing is ever due
+    idle = Run(ostore.LocalStore(tmp_path / "other"), _settings(tmp_path), ListSource(records), clock=lambda: 1e9)
+    idle.batch(part(0, 0, 5))
+    assert idle.coordinator.due() == [] and idle.coordinator.next_flush() is None
+
+
+def test_idle_flusher_writes_due_files_without_a_micro_batch_and_reports_a_failure(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The thread that writes due files while no micro-batch runs: it wakes when a file opens,
+    writes it once due (through the same job function as at the end of a run, here run in this
+    process), and when that job fails it keeps the error and stops the query."""
+    records: list[Record] = [("t", 0, o, T0, b"r%d" % o) for o in range(4)]
+    store = ostore.LocalStore(tmp_path / "out")
+    run = Run(store, _settings(tmp_path), ListSource(records), flush_interval_ms=50)
+    flushed = threading.Event()
+    failing = [False]
+
+    def flush_open_files(_spark: Any, coordinator: arch.ArchiveCoordinator,
+                         only: list[tuple[str, int]]) -> list[arch.PartitionReport]:
+        assert coordinator is run.coordinator
+        if failing[0]:
+            raise RuntimeError("Connection refused (S3)")
+        reports = run._flush(sorted(only))
+        flushed.set()
+        return reports
+
+    monkeypatch.setattr(arch, "flush_open_files", flush_open_files)
+    stopped = threading.Event()
+    flusher = arch.IdleFlusher(None, run.coordinator, stopped.set).start()  # type: ignore[arg-type]
+    try:
+        with run.coordinator.lock:
+            run.batch(records[:2])
+        assert flushed.wait(60), "the open file was never written"
+        assert [o.key for o in store.list() if o.key.endswith(".gz")] == ["arch/2016-02-24/t-00000-000000000000.gz"]
+        assert run.coordinator.open_files() == {}
+        failing[0] = True
+        with run.coordinator.lock:
+            run.batch(records[2:])
+        assert stopped.wait(60), "the failure did not stop the query"
+        assert isinstance(flusher.error, ConnectorError)
+        assert str(flusher.error) == ("writing the files due by offset.flush.interval.ms failed: "
+                                      "Connection refused (S3)")
+        assert is_transient(flusher.error)  # the stage runner restarts the stage
+    finally:
+        flusher.stop()
 
 
 def test_starting_offsets() -> None:
@@ -369,14 +542,14 @@ class Connector:
     """Runs the archive connector in its own process group (so kill -9 takes its JVM too)."""
 
     def __init__(self, tmp: Path, bootstrap: str, connector: dict[str, str], env: dict[str, str] | None = None,
-                 max_records: int = 100_000):
+                 max_records: int = 100_000, flush_interval_ms: int = 60_000):
         self.tmp = tmp
         self.env = {**os.environ, **(env or {})}
         self.worker_file = tmp / "worker.properties"
         self.worker_file.write_text(
             f"bootstrap.servers={bootstrap}\nstorage.root={tmp / 'storage'}\nspark.master=local[2]\n"
             f"spark.driver.memory=1g\npipeline.max.records.per.batch={max_records}\n"
-            "pipeline.trigger.interval.ms=200\n")
+            f"pipeline.trigger.interval.ms=200\noffset.flush.interval.ms={flush_interval_ms}\n")
         self.properties = dict(connector)
         self.connector_file = tmp / "archive-sink.properties"
         self.connector_file.write_text("".join(f"{k}={v}\n" for k, v in connector.items()))
@@ -593,14 +766,14 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
         "s3.endpoint": s3_endpoint, "s3.path_style": "true", "s3.region": "us-east-1",
         "local.buffer.dir": str(buffer), "compressed_block_size": "800", "chunks.per.file": "100",
         "flush.size": "100",
-    }, env=aws, max_records=2000)
+    }, env=aws, max_records=2000, flush_interval_ms=3_600_000)  # tails stay open: no offset.flush.interval.ms
     connectors.append(connector)
     staged = buffer / "archive-e2e"
 
     with svc.environment(aws):
         # Run 1, continuous: kill -9 once 3 files per partition are committed and the driver
         # reports the 4th open with the last 60 records of each partition (continuous mode keeps
-        # tails open, so this state is stable, not a race).
+        # tails open for offset.flush.interval.ms, an hour here, so this state is stable).
         connector.start("continuous")
         tails = [f"{first}-{p}@300+60" for p in range(3)]
 
@@ -654,6 +827,67 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
             assert arch.read_archive_records(url, 156, 3) == list(zip(range(156, 159), _values(1, 156, 3),
                                                                       strict=True))
     assert not list(staged.iterdir()), "run directories are removed (the killed run's on the next start)"
+
+
+@pytest.mark.slow
+def test_continuous_run_writes_open_files_offset_flush_interval_after_they_opened(
+        tmp_path: Path, kafka_bootstrap: str, unique_name: str, connectors: list[Connector]) -> None:
+    """The real connector, continuous, no rotation rule that the records could reach: a quiet
+    topic's records still land in the store, a file per partition once the interval has passed,
+    while the connector keeps running (the idle flush: no micro-batch runs on a quiet topic)."""
+    topic = unique_name
+    create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
+    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2) for i, v in enumerate(_values(p, 0, 30))])
+    out, buffer = tmp_path / "out", tmp_path / "buffer"
+    buffer.mkdir()
+    connector = Connector(tmp_path, kafka_bootstrap, {
+        "name": "archive-flush", "connector.class": "S3SinkConnector", "topics": topic, "s3.prefix": "systest",
+        "output.path": str(out), "local.buffer.dir": str(buffer)}, flush_interval_ms=1500)
+    connectors.append(connector)
+    store = ostore.LocalStore(out)
+
+    def archived_counts() -> dict[tuple[str, int], int]:
+        return {tp: sum(bg.parse_index(store.read(f.name.index_key))[-1].end_offset - f.name.first_offset
+                        for f in files if f.has_index)
+                for tp, files in ostore.list_archive_files(store, "systest").items()}
+
+    connector.start("continuous")
+    _wait_for(lambda: archived_counts() == {(topic, 0): 30, (topic, 1): 30}, 240, connector, "30 records per partition")
+    # one file each: every record was read by the first micro-batch, and written once it was due
+    assert sorted(o.key for o in store.list() if o.key.endswith(".gz")) == [
+        f"systest/2016-02-24/{topic}-{p:05d}-000000000000.gz" for p in range(2)]
+    _produce(kafka_bootstrap, topic, [(p, v, T0 + (30 + i) * 1000) for p in range(2)
+                                      for i, v in enumerate(_values(p, 30, 10))])
+    _wait_for(lambda: archived_counts() == {(topic, 0): 40, (topic, 1): 40}, 240, connector, "40 records per partition")
+    assert connector.proc is not None and connector.proc.poll() is None, "still running"
+    assert _archived_records(store, "systest/") == _topic_records(kafka_bootstrap, topic)
+    assert "writing files open for offset.flush.interval.ms=1500" in connector.log.read_text(errors="replace")
+
+
+@pytest.mark.slow
+def test_real_run_continues_a_store_the_original_wrote(tmp_path: Path, kafka_bootstrap: str, unique_name: str,
+                                                      spark: Any) -> None:
+    """Spark's Kafka source starts each partition where the original's files end (their
+    ``s3.prefix`` without a slash, upload-date folders); the store then holds every record once."""
+    topic = unique_name
+    create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
+    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2) for i, v in enumerate(_values(p, 0, 90))])
+    kafka = _topic_records(kafka_bootstrap, topic)
+    out, buffer = tmp_path / "out", tmp_path / "buffer"
+    buffer.mkdir()
+    store = ostore.LocalStore(out)
+    first = {p: [(o, v) for o, v in kafka[(topic, p)][:3] if v is not None] for p in range(2)}
+    assert [o for o, _ in first[0]] == [o for o, _ in first[1]] == [0, 1, 2]
+    # the original wrote p0 [0, 2) then [2, 3); p1 [0, 3)
+    _write_original_file(store, "systest", "2026-11-24", topic, 0, first[0][:2], 67_108_864)
+    _write_original_file(store, "systest", "2026-11-25", topic, 0, first[0][2:], 67_108_864)
+    _write_original_file(store, "systest", "2026-11-25", topic, 1, first[1], 67_108_864)
+    _run_in_process(tmp_path, kafka_bootstrap, {
+        "name": "archive-takeover", "connector.class": "S3SinkConnector", "topics": topic, "s3.prefix": "systest",
+        "output.path": str(out), "local.buffer.dir": str(buffer)})
+    assert _archived_records(store, "systest/") == kafka
+    assert sorted(o.key for o in store.list("systest/2016-02-24/") if o.key.endswith(".gz")) == [
+        f"systest/2016-02-24/{topic}-{p:05d}-000000000003.gz" for p in range(2)]
 
 
 @pytest.mark.slow

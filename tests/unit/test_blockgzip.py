@@ -101,8 +101,69 @@ def test_decode_rejects_malformed_escapes(line: bytes) -> None:
 # ------------------------------------------------------------------------------------------ blocks
 
 
-def test_blocks_close_when_uncompressed_bytes_reach_the_block_size() -> None:
-    # 10-byte values → 11-byte lines; 33 bytes per block → exactly 3 records per block.
+#: Files written by the original connector's ``BlockGZIPFileWriter`` (JDK 17, zlib 1.2.13) for
+#: (records, compressed_block_size, first offset): the exact ``.gz`` bytes and ``.index.json``.
+ORIGINAL_FILES: list[tuple[list[bytes], int, int, str, bytes]] = [
+    # 11-character lines, 33 per block: 3 records fill a block; the 4th would pass it
+    ([b"v%09d" % i for i in range(7)], 33, 0,
+     "1f8b08000000000000ff2b338001ae3218cb10c134e20200279301aa21000000"
+     "1f8b08000000000000ff2b33800263ae3218d304c134e50200db1f71a021000000"
+     "1f8b08000000000000ff2b338002332e00e847ae0e0b000000",
+     b'{"chunks":[{"byte_length_uncompressed":33,"num_records":3,"byte_length":32,"byte_offset":0,'
+     b'"first_record_offset":0},{"byte_length_uncompressed":33,"num_records":3,"byte_length":33,'
+     b'"byte_offset":32,"first_record_offset":3},{"byte_length_uncompressed":11,"num_records":1,'
+     b'"byte_length":25,"byte_offset":65,"first_record_offset":6}]}'),
+    # the file's first record is longer than a block: an empty first block, then that record alone
+    ([b"x" * 50, b"a", b"b"], 10, 5,
+     "1f8b08000000000000ff03000000000000000000"
+     "1f8b08000000000000ffaba82015700100a33572ab33000000"
+     "1f8b08000000000000ff4be44ae20200972a571804000000",
+     b'{"chunks":[{"byte_length_uncompressed":0,"num_records":0,"byte_length":20,"byte_offset":0,'
+     b'"first_record_offset":5},{"byte_length_uncompressed":51,"num_records":1,"byte_length":25,'
+     b'"byte_offset":20,"first_record_offset":5},{"byte_length_uncompressed":4,"num_records":2,'
+     b'"byte_length":24,"byte_offset":45,"first_record_offset":6}]}'),
+    # lengths are Java String lengths: "héllo😀" is 7 UTF-16 units (8 with LF) in 11 bytes
+    (["héllo😀".encode(), b"abc", "ü".encode() * 5, b"z"], 10, 40,
+     "1f8b08000000000000ffcb38bc322727ffc3fc190d5c00dc50aeed0b000000"
+     "1f8b08000000000000ff4b4c4ae63abc0706b900b84099e60f000000"
+     "1f8b08000000000000ffabe202009d6adc7402000000",
+     b'{"chunks":[{"byte_length_uncompressed":8,"num_records":1,"byte_length":31,"byte_offset":0,'
+     b'"first_record_offset":40},{"byte_length_uncompressed":10,"num_records":2,"byte_length":28,'
+     b'"byte_offset":31,"first_record_offset":41},{"byte_length_uncompressed":2,"num_records":1,'
+     b'"byte_length":22,"byte_offset":59,"first_record_offset":43}]}'),
+    # UTF-8 without astral characters: one unit per character ("Zürich €5" is 9, in 12 bytes);
+    # "ñ" * 11 fills a 12-unit block exactly (22 bytes)
+    (["Zürich €5".encode(), "ééé".encode(), b"abc", "ñ".encode() * 11], 12, 200,
+     "1f8b08000000000000ff8b3abca728333943e151d31a532e006456252a0d000000"
+     "1f8b08000000000000ff3bbcf23010722526257301006f9a53dd0b000000"
+     "1f8b08000000000000ff3bbcf13016c80500be5646cf17000000",
+     b'{"chunks":[{"byte_length_uncompressed":10,"num_records":1,"byte_length":33,"byte_offset":0,'
+     b'"first_record_offset":200},{"byte_length_uncompressed":8,"num_records":2,"byte_length":30,'
+     b'"byte_offset":33,"first_record_offset":201},{"byte_length_uncompressed":12,"num_records":1,'
+     b'"byte_length":26,"byte_offset":63,"first_record_offset":203}]}'),
+]
+
+
+@pytest.mark.parametrize(("values", "block_size", "first", "gz_hex", "index"), ORIGINAL_FILES)
+def test_writer_makes_the_original_connectors_exact_bytes(values: list[bytes], block_size: int, first: int,
+                                                          gz_hex: str, index: bytes) -> None:
+    records = [(first + i, v) for i, v in enumerate(values)]
+    data, chunks = _write(records, block_size)
+    assert data.hex() == gz_hex
+    assert bg.render_index(chunks) == index
+    assert bg.parse_index(index) == chunks
+    # the bulk path and the record-at-a-time path agree; the sizer cuts the same blocks
+    writer = bg.BlockGzipWriter(io.BytesIO(), block_size)
+    assert writer.extend([o for o, _ in records], values) == len(values)
+    assert writer.finish() == chunks
+    sizer = bg.BlockSizer(block_size)
+    sizer.extend([o for o, _ in records], values)
+    assert sizer.finish() == writer.state
+    assert bg.read_records(data) == values
+
+
+def test_a_block_closes_before_the_record_that_would_take_it_past_the_size() -> None:
+    # 11-byte lines: 33 holds exactly 3 records (the block stays open at 33 until a 4th comes)
     records = [(o, b"v%09d" % o) for o in range(7)]
     data, chunks = _write(records, block_size=33)
     assert [(c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in chunks] == [
@@ -110,6 +171,9 @@ def test_blocks_close_when_uncompressed_bytes_reach_the_block_size() -> None:
         (33, 3, 3),
         (11, 1, 6),
     ]
+    # one byte less: only 2 records fit
+    _, smaller = _write(records, block_size=32)
+    assert [(c.byte_length_uncompressed, c.num_records) for c in smaller] == [(22, 2)] * 3 + [(11, 1)]
     # byte ranges tile the file exactly
     lengths = [c.byte_length for c in chunks]
     assert [c.byte_offset for c in chunks] == [0, lengths[0], lengths[0] + lengths[1]]
@@ -120,10 +184,25 @@ def test_blocks_close_when_uncompressed_bytes_reach_the_block_size() -> None:
     assert bg.read_records(data) == [v for _, v in records]
 
 
-def test_block_may_exceed_size_by_one_record_never_split() -> None:
+def test_a_record_longer_than_a_block_is_alone_in_its_block_never_split() -> None:
     records = [(0, b"a" * 5), (1, b"b" * 100), (2, b"c")]
     _, chunks = _write(records, block_size=8)
-    assert [(c.byte_length_uncompressed, c.num_records) for c in chunks] == [(107, 2), (2, 1)]
+    assert [(c.byte_length_uncompressed, c.num_records) for c in chunks] == [(6, 1), (101, 1), (2, 1)]
+    # first record of the file too long: the original's empty first block (a 20-byte member)
+    data, chunks = _write([(9, b"b" * 100), (10, b"c")], block_size=8)
+    assert [(c.byte_length_uncompressed, c.num_records, c.byte_length, c.first_record_offset) for c in chunks] == [
+        (0, 0, 20, 9), (101, 1, chunks[1].byte_length, 9), (2, 1, chunks[2].byte_length, 10)]
+    assert bg.read_block(data[:20]) == []
+    assert bg.find_chunk(chunks, 9) == 1
+    # compressed_block_size=0 (the original accepts it): one record per block after the empty one
+    _, zero = _write([(0, b"a"), (1, b""), (2, b"c")], block_size=0)
+    assert [(c.byte_length_uncompressed, c.num_records) for c in zero] == [(0, 0), (2, 1), (1, 1), (2, 1)]
+
+
+def test_text_lengths_are_java_string_lengths() -> None:
+    assert bg.text_lengths("héllo😀\nabc\n\n".encode()) == [8, 4, 1]
+    # bytes that are not UTF-8 count as the U+FFFD characters a decoder makes of them
+    assert bg.text_lengths(b"\xff\xfe\n\xe2\x82\n") == [3, 2]
 
 
 def test_offset_gap_closes_the_block_so_positions_map_to_offsets() -> None:
@@ -150,7 +229,7 @@ def test_output_is_deterministic_and_has_no_timestamp() -> None:
     first, _ = _write(records, 64)
     second, _ = _write(records, 64)
     assert first == second
-    assert first[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03"  # gzip, no flags, mtime 0, unix
+    assert first[:10] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # Java's: no flags, mtime 0, OS 255
 
 
 def test_large_blocks_are_fed_in_pieces_without_changing_the_output() -> None:
@@ -225,6 +304,26 @@ def test_object_key_uses_the_first_record_date_in_utc() -> None:
     )
 
 
+@pytest.mark.parametrize(("prefix", "gz", "cursor"), [
+    ("systest", "systest/2016-02-24/t-00001-000000000100.gz", "systest/last_chunk_index.t-00001.txt"),
+    ("systest/", "systest/2016-02-24/t-00001-000000000100.gz", "systest/last_chunk_index.t-00001.txt"),
+    ("", "2016-02-24/t-00001-000000000100.gz", "last_chunk_index.t-00001.txt"),
+    ("a//", "a//2016-02-24/t-00001-000000000100.gz", "a//last_chunk_index.t-00001.txt"),
+    ("a/b", "a/b/2016-02-24/t-00001-000000000100.gz", "a/b/last_chunk_index.t-00001.txt"),
+])
+def test_prefix_joins_the_date_with_one_slash_like_the_original(prefix: str, gz: str, cursor: str) -> None:
+    assert bg.object_key(prefix, "t", 1, 100, 1456272000000) == gz
+    assert bg.cursor_key(prefix, "t", 1) == cursor
+    name = bg.parse_object_key(gz, prefix)
+    assert name is not None and (name.gz_key, name.topic, name.partition, name.first_offset) == (gz, "t", 1, 100)
+    assert bg.parse_object_key(cursor, prefix) is None
+
+
+def test_a_prefix_without_slash_does_not_match_longer_names() -> None:
+    assert bg.parse_object_key("systest2/2016-02-24/t-00001-000000000100.gz", "systest") is None
+    assert bg.parse_object_key("systest2016-02-24/t-00001-000000000100.gz", "systest") is None
+
+
 def test_parse_object_key() -> None:
     name = bg.parse_object_key("arch/2016-02-24/my-topic-v2-00007-000000001234.index.json", "arch/")
     assert name == bg.ArchiveName("arch/", "2016-02-24", "my-topic-v2", 7, 1234, ".index.json")
@@ -252,7 +351,8 @@ def test_gzip_command_reads_the_fixture_as_one_stream_of_lines() -> None:
 def test_gzip_command_reads_each_index_range_alone(tmp_path: Path) -> None:
     data = FIXTURE_GZ.read_bytes()
     chunks = bg.parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
-    assert [(c.first_record_offset, c.num_records) for c in chunks] == [(100, 2), (102, 5), (107, 5)]
+    assert [(c.first_record_offset, c.num_records) for c in chunks] == [
+        (100, 1), (101, 1), (102, 4), (106, 2), (108, 4)]
     lines = FIXTURE_TEXT.splitlines(keepends=True)
     for chunk in chunks:
         part = tmp_path / f"block-{chunk.first_record_offset}.gz"
@@ -269,12 +369,9 @@ def test_python_reader_decodes_the_fixture_records() -> None:
 
 def test_writer_reproduces_the_fixture() -> None:
     data, chunks = _write(FIXTURE_RECORDS, block_size=40)
-    fixture_chunks = bg.parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
-    # Compressed bytes depend on the zlib build; block cuts and contents do not.
-    assert [(c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in chunks] == [
-        (c.byte_length_uncompressed, c.num_records, c.first_record_offset) for c in fixture_chunks
-    ]
-    assert bg.read_records(data) == bg.read_records(FIXTURE_GZ.read_bytes())
+    assert bg.render_index(chunks) == (FIXTURE / "system-test-00000-000000000100.index.json").read_bytes()
+    # Compressed bytes are zlib's (the same deflate for every zlib 1.2.x/1.3.x; not for zlib-ng).
+    assert data == FIXTURE_GZ.read_bytes()
 
 
 @needs_gzip
@@ -293,12 +390,9 @@ def test_gzip_command_reads_a_large_multi_block_file(tmp_path: Path) -> None:
 
 
 def test_archive_read_returns_the_block_holding_the_offset() -> None:
-    # offset 104 is in the block 102-106: the rest of that block
-    assert archive_read(str(FIXTURE_GZ), 104) == [b"", b"\x1estarts with RS", b"back\\slash and \r cr"]
-    assert archive_read(str(FIXTURE_GZ), 100) == [
-        b'{"id":1,"msg":"hello"}',
-        b'{"id":2,"msg":"two\\nlines in JSON"}',
-    ]
+    # offset 104 is in the block 102-105: the rest of that block
+    assert archive_read(str(FIXTURE_GZ), 104) == [b"", b"\x1estarts with RS"]
+    assert archive_read(str(FIXTURE_GZ), 100) == [b'{"id":1,"msg":"hello"}']
     # the index path works too; tombstones are b"" in archive_read and None in read_archive_records
     assert archive_read(str(FIXTURE / "system-test-00000-000000000100.index.json"), 103, 1) == [b""]
     assert read_archive_records(str(FIXTURE_GZ), 103, 1) == [(103, None)]
@@ -340,7 +434,9 @@ def test_rotation_policy_rules() -> None:
 
 
 def _random_records(rng: random.Random, count: int) -> list[tuple[int, bytes | None]]:
-    alphabet = b"abc \n\r\\\x1e"
+    # ASCII with the bytes that need escaping, UTF-8 (2 and 4 bytes, an astral one counts 2) and
+    # bytes that are not UTF-8
+    tokens = [b"a", b"b", b"c", b" ", b"\n", b"\r", b"\\", b"\x1e", "é".encode(), "😀".encode(), b"\xff", b"\xe2\x82"]
     records: list[tuple[int, bytes | None]] = []
     offset = rng.randrange(0, 1000)
     for _ in range(count):
@@ -349,7 +445,7 @@ def _random_records(rng: random.Random, count: int) -> list[tuple[int, bytes | N
         if roll < 0.05:
             value: bytes | None = None
         elif roll < 0.2:
-            value = bytes(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+            value = b"".join(rng.choice(tokens) for _ in range(rng.randrange(0, 30)))
         else:
             value = b"x" * rng.randrange(0, 60)
         records.append((offset, value))

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from pubsub_connect.model.blockgzip import ArchiveName, parse_object_key
+from pubsub_connect.model.blockgzip import ArchiveName, key_prefix, parse_object_key
 
 if TYPE_CHECKING:
     from pubsub_connect.config import ConnectorConfig
@@ -610,8 +610,10 @@ def list_archive_files(store: ObjectStore, prefix: str = "") -> dict[tuple[str, 
 
     A file counts only when its ``.gz`` exists (the connector writes the index first and the
     ``.gz`` last, so a visible ``.gz`` is a committed file); an index without its ``.gz`` is a
-    crash leftover and is ignored (the retry rewrites both under the same names).
+    crash leftover and is ignored (the retry rewrites both under the same names). ``prefix`` is
+    ``s3.prefix``: ``systest`` means the keys under ``systest/``, as for the original.
     """
+    prefix = key_prefix(prefix)
     gz: dict[str, tuple[ArchiveName, int]] = {}
     indexes: set[str] = set()
     for info in store.list(prefix):

@@ -18,25 +18,34 @@ Layout
 ------
 - A record is one line: its value bytes followed by LF (``0x0A``). Values are written as bytes,
   never decoded or re-encoded.
-- A block closes once its *uncompressed* bytes (lines including their LF) reach
-  ``compressed_block_size`` (the original's name; it is a size of uncompressed input). A record is
-  never split, so a block can exceed the size by at most one record.
+- Blocks are cut by the original's rule: before a record is written, if the open block's
+  *length* plus the record's would exceed ``compressed_block_size`` (the original's name; it is a
+  size of uncompressed input), the block closes and the record starts the next block. A length is
+  what the original measures: Java's ``String.length()`` of the line's text (UTF-16 code units:
+  the byte count for ASCII, fewer for other UTF-8) plus 1 for the LF, and it is what the index
+  calls ``byte_length_uncompressed``. A record is never split: one longer than a block is alone in
+  its block, and when it is the first record of a file, the file starts with an empty block (a
+  20-byte gzip member indexed with ``num_records`` 0), as the original's writer leaves it.
 - A block also closes before a record whose offset is not the previous offset + 1 (a gap left by
   compaction or by transaction markers). Why: the index only has ``first_record_offset`` and
   ``num_records`` per block, so records inside a block must have consecutive offsets for
   "offset N is line N - first_record_offset" to hold; the original connector silently assumed
   it. With this rule the index is exact on every topic and still has the original's exact shape.
-- Each block is compressed with zlib at level 6 using the gzip wrapper. zlib writes a fixed
-  header (mtime 0, no file name), so the same records always produce the same bytes: a retried
-  upload rewrites an identical object.
+- Each block is one gzip member written like Java's ``GZIPOutputStream``: a fixed 10-byte header
+  (mtime 0, no file name, OS 255 as JDK 16+ writes it), zlib raw deflate at level 6, CRC-32 and
+  length. The same records always produce the same bytes (a retried upload rewrites an identical
+  object), and the original's bytes for the same lines.
 
 Index: ``{"chunks":[{"byte_length_uncompressed":…,"num_records":…,"byte_length":…,
 "byte_offset":…,"first_record_offset":…},…]}`` — exactly the original's keys, in its order.
 
-File names: ``<prefix><yyyy-mm-dd>/<topic>-<partition %05d>-<first offset %012d>.gz`` and the
-same with ``.index.json``. The date is the UTC date of the file's *first record timestamp*, not
+File names: ``<prefix>/<yyyy-mm-dd>/<topic>-<partition %05d>-<first offset %012d>.gz`` and the
+same with ``.index.json``; like the original, a non-empty prefix gets a ``/`` unless it already
+ends with one (``systest`` and ``systest/`` both give ``systest/2016-02-24/…``; an empty prefix
+gives ``2016-02-24/…``). The date is the UTC date of the file's *first record timestamp*, not
 the wall clock (the original uses the upload date), so a retry after a crash writes exactly the
-same object name.
+same object name. Beside them, ``<prefix>/last_chunk_index.<topic>-<partition %05d>.txt`` holds
+the key of the partition's last index, the cursor the original resumes from.
 
 Newline escaping rule (values are bytes)
 ----------------------------------------
@@ -57,10 +66,13 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 import zlib
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from itertools import accumulate
 from typing import Any, BinaryIO
 
 #: The seed's default block size: 64 MiB of uncompressed records.
@@ -190,7 +202,7 @@ def parse_index(data: bytes | str) -> list[Chunk]:
         raise BlockGzipError(f"not a Block-GZIP index: {exc}") from None
     position = 0
     for chunk in chunks:
-        if chunk.byte_offset != position or chunk.byte_length <= 0 or chunk.num_records <= 0:
+        if chunk.byte_offset != position or chunk.byte_length <= 0 or chunk.num_records < 0:
             raise BlockGzipError(f"index chunks are not contiguous at byte {position}: {chunk.to_json()}")
         position = chunk.byte_end
     return chunks
@@ -224,9 +236,26 @@ def date_folder(timestamp_ms: int) -> str:
     return (_EPOCH + timedelta(milliseconds=timestamp_ms)).strftime("%Y-%m-%d")
 
 
+def key_prefix(prefix: str) -> str:
+    """``s3.prefix`` as the start of object keys, by the original's rule: a non-empty prefix
+    ends with ``/`` (added when missing, never doubled); an empty one stays empty.
+
+    Why the original's rule: a store it wrote (``systest`` → ``systest/2016-02-24/…``) must be
+    found and continued with the same ``s3.prefix`` value, and vice versa."""
+    return prefix if not prefix or prefix.endswith("/") else prefix + "/"
+
+
 def object_key(prefix: str, topic: str, partition: int, first_offset: int, first_timestamp_ms: int) -> str:
     """The ``.gz`` object key of a file whose first record is (``first_offset``, timestamp)."""
-    return f"{prefix}{date_folder(first_timestamp_ms)}/{topic}-{partition:05d}-{first_offset:012d}{GZ_SUFFIX}"
+    return (f"{key_prefix(prefix)}{date_folder(first_timestamp_ms)}/"
+            f"{topic}-{partition:05d}-{first_offset:012d}{GZ_SUFFIX}")
+
+
+def cursor_key(prefix: str, topic: str, partition: int) -> str:
+    """The original's per-partition cursor: an object holding the key of the partition's last
+    ``.index.json``, the only thing the original reads to resume (this connector lists the
+    files instead, but keeps the cursor current so the original can take over a store)."""
+    return f"{key_prefix(prefix)}last_chunk_index.{topic}-{partition:05d}.txt"
 
 
 def index_key(gz_key: str) -> str:
@@ -275,6 +304,7 @@ def parse_object_key(key: str, prefix: str = "") -> ArchiveName | None:
 
     Topic names may contain ``-``: the partition and offset are taken from the right.
     """
+    prefix = key_prefix(prefix)
     if not key.startswith(prefix):
         return None
     match = _NAME_RE.match(key[len(prefix):])
@@ -296,18 +326,19 @@ class BlockState:
     Why: a file can span micro-batches while its records are cut into blocks in different
     processes. These few numbers are all a :class:`BlockSizer` needs to go on cutting exactly
     where a writer that had seen every record would (the compressed bytes are not needed to
-    decide a cut: blocks close on uncompressed sizes and offsets only).
+    decide a cut: blocks close on text lengths and offsets only). ``block_length`` is the open
+    block's length as the original counts it (see :func:`text_lengths`).
     """
 
     num_records: int = 0
     num_chunks: int = 0
-    block_bytes: int = 0
+    block_length: int = 0
     block_records: int = 0
     block_first: int = -1
     next_offset: int = -1
 
     def to_json(self) -> dict[str, int]:
-        return {"num_records": self.num_records, "num_chunks": self.num_chunks, "block_bytes": self.block_bytes,
+        return {"num_records": self.num_records, "num_chunks": self.num_chunks, "block_length": self.block_length,
                 "block_records": self.block_records, "block_first": self.block_first,
                 "next_offset": self.next_offset}
 
@@ -316,9 +347,39 @@ class BlockState:
         return cls(**{key: int(doc[key]) for key in cls().to_json()})
 
 
+def _has_astral(text: str) -> bool:
+    """Whether ``text`` has a character beyond U+FFFF (2 UTF-16 units). Encoding is ~15x faster
+    than a regular expression scan here."""
+    return len(text.encode("utf-16-le", "surrogatepass")) != 2 * len(text)
+
+
+def text_lengths(blob: bytes) -> list[int]:
+    """The length the original counts for each LF-terminated line of ``blob``: Java's
+    ``String.length()`` of the line's text (UTF-16 code units), plus 1 for the LF.
+
+    Why not bytes: the original measures ``record.value().toString().length()``, so a block
+    holds ``compressed_block_size`` *characters* (an astral character counts 2) and its
+    ``byte_length_uncompressed`` is that count. Bytes that are not UTF-8 count as the U+FFFD
+    characters Java's decoder would make of them. For ASCII the length is the byte count; the
+    callers take that shortcut themselves.
+    """
+    text = blob.decode("utf-8", "replace")  # LF is never part of a replaced sequence: lines stay aligned
+    lines = text.split("\n")[:-1]
+    if not _has_astral(text):
+        return [len(line) + 1 for line in lines]
+    return [(len(line.encode("utf-16-le")) >> 1) + 1 for line in lines]
+
+
 class BlockCutter:
     """Where blocks close: the record accounting shared by :class:`BlockGzipWriter` (which
     compresses) and :class:`BlockSizer` (which only counts).
+
+    The original's rule: before a record is written, if the open block's length plus the
+    record's would exceed ``block_size``, the block closes and the record starts the next one.
+    So a block never exceeds the size unless it holds a single record longer than the size on
+    its own; and when the very first record of a file is such a record, the file starts with an
+    empty block (a 20-byte gzip member indexed with ``num_records`` 0), exactly as the original
+    writes it.
 
     Why one class for both: the archive decides where a *file* closes (``chunks.per.file``)
     before it compresses anything, and that decision must match the writer's block cuts byte
@@ -327,18 +388,18 @@ class BlockCutter:
     in :meth:`_seal`.
     """
 
-    __slots__ = ("_block_bytes", "_block_first", "_block_records", "_next_offset", "_num_chunks", "_pending",
+    __slots__ = ("_block_first", "_block_length", "_block_records", "_next_offset", "_num_chunks", "_pending",
                  "_pending_bytes", "block_size", "num_records")
 
     def __init__(self, block_size: int = DEFAULT_BLOCK_SIZE, state: BlockState | None = None):
-        if block_size < 1:
-            raise ValueError(f"block size must be at least 1 byte, got {block_size}")
+        if block_size < 0:
+            raise ValueError(f"block size must not be negative, got {block_size}")
         state = state or BlockState()
         self.block_size = block_size
         self._pending: list[bytes] = []
         self._pending_bytes = 0
         self._num_chunks = state.num_chunks
-        self._block_bytes = state.block_bytes
+        self._block_length = state.block_length
         self._block_records = state.block_records
         self._block_first = state.block_first
         self._next_offset = state.next_offset
@@ -347,7 +408,7 @@ class BlockCutter:
     @property
     def state(self) -> BlockState:
         """The accounting so far (see :class:`BlockState`)."""
-        return BlockState(self.num_records, self._num_chunks, self._block_bytes, self._block_records,
+        return BlockState(self.num_records, self._num_chunks, self._block_length, self._block_records,
                           self._block_first, self._next_offset)
 
     @property
@@ -369,7 +430,22 @@ class BlockCutter:
 
     def _seal(self) -> Chunk:
         """The open block is complete: end its gzip member and describe it."""
-        return Chunk(self._block_bytes, self._block_records, 0, 0, self._block_first)
+        return Chunk(self._block_length, self._block_records, 0, 0, self._block_first)
+
+    def _make_room(self, offset: int, length: int) -> None:
+        """Before a record of ``length`` at ``offset``: close the open block if the record would
+        take it past the size; the file's first record, when too long, leaves an empty block."""
+        if self._block_length + length <= self.block_size:
+            return
+        if self._block_records:
+            self.close_block()
+        elif self._starts_file():
+            self._block_first = offset
+            self._seal_block()
+
+    def _starts_file(self) -> bool:
+        """No record and no block yet: the original's writer is still in its first block."""
+        return self.num_records == 0 and self._num_chunks == 0
 
     def append(self, offset: int, value: bytes | None) -> None:
         """Add one record. Offsets must increase; a gap closes the open block first."""
@@ -384,18 +460,17 @@ class BlockCutter:
             line = encode_value(value)
         else:
             line = value
+        length = len(line) + 1 if line.isascii() else text_lengths(line + LF)[0]
+        self._make_room(offset, length)
         if not self._block_records:
             self._block_first = offset
         self._pending.append(line)
-        size = len(line) + 1
-        self._pending_bytes += size
-        self._block_bytes += size
+        self._pending_bytes += len(line) + 1
+        self._block_length += length
         self._block_records += 1
         self.num_records += 1
         self._next_offset = offset + 1
-        if self._block_bytes >= self.block_size:
-            self.close_block()
-        elif self._pending_bytes >= _FEED_BYTES:
+        if self._pending_bytes >= _FEED_BYTES:
             self._feed()
 
     def extend(self, offsets: Sequence[int], values: Sequence[bytes | None],
@@ -405,19 +480,21 @@ class BlockCutter:
         Why: per-record Python work would dominate for small records (a 40-byte record costs
         about as much to account for as to compress). Here a run of consecutive offsets is
         joined once, checked for bytes needing escapes with C-level scans, cut into blocks by
-        searching the joined bytes for the LF that ends the block, and handed to zlib as slices.
+        searching the joined bytes for the last LF that fits (ASCII: a length is a byte count)
+        or by prefix sums of :func:`text_lengths`, and handed to zlib as slices.
 
-        Stops early once ``max_chunks`` blocks are closed (the file is full); returns how many
-        records were consumed. ``assume_sorted``: the caller guarantees non-decreasing offsets
-        (e.g. a sorted Arrow column); then a run whose span equals its length is consecutive
-        without an O(n) check (that check costs ~5% of the compression time of 40-byte records).
+        Stops early, before the record that would open block number ``max_chunks + 1``, once
+        ``max_chunks`` blocks are closed (the file is full); returns how many records were
+        consumed. ``assume_sorted``: the caller guarantees non-decreasing offsets (e.g. a sorted
+        Arrow column); then a run whose span equals its length is consecutive without an O(n)
+        check (that check costs ~5% of the compression time of 40-byte records).
         """
         n = len(values)
         if len(offsets) != n:
             raise ValueError(f"{len(offsets)} offsets for {n} values")
         start = 0
         while start < n:
-            if max_chunks is not None and self._num_chunks >= max_chunks:
+            if self._full(max_chunks):
                 break
             first = offsets[start]
             end = n
@@ -430,7 +507,14 @@ class BlockCutter:
                 if end < n and offsets[end] < offsets[end - 1]:
                     raise BlockGzipError(f"offset {offsets[end]} after {offsets[end - 1]}: offsets must increase")
             start += self._extend_run(first, values[start:end], max_chunks)
+            if start < end:
+                break  # the file is full
         return start
+
+    def _full(self, max_chunks: int | None) -> bool:
+        """Whether the file has its ``max_chunks`` blocks (an empty first block alone does not
+        fill it: its record is still to come)."""
+        return max_chunks is not None and self._num_chunks >= max_chunks and self.num_records > 0
 
     def _extend_run(self, first: int, values: Sequence[bytes | None], max_chunks: int | None) -> int:
         """Append records with consecutive offsets starting at ``first``; returns how many."""
@@ -449,32 +533,70 @@ class BlockCutter:
         if not clean:
             blob = LF.join([encode_value(v) for v in values])
         blob += LF
+        # Where lengths come from. ASCII: a length is a byte count, so blocks are cut on the bytes
+        # themselves. UTF-8 without astral characters: a length is a character count, so blocks
+        # are cut on the decoded text and the cut is carried back to bytes by encoding what it
+        # holds. Otherwise (astral characters count 2, bytes that are not UTF-8): prefix sums of
+        # each record's length.
+        units: bytes | str = blob
+        newline: bytes | str = LF
+        sums: list[int] | None = None
+        if not blob.isascii():
+            try:
+                text: str | None = blob.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            if text is not None and not _has_astral(text):
+                units, newline = text, "\n"
+            else:
+                sums = [0, *accumulate(text_lengths(blob))]
         view = memoryview(blob)
         if self._pending:
             self._feed()
-        size = len(blob)
-        position = 0
+        size = len(units)
+        position = 0  # in blob
+        upos = 0  # in units (the positional paths)
         done = 0
         while done < n:
-            if max_chunks is not None and self._num_chunks >= max_chunks:
+            if self._full(max_chunks):
                 break
+            room = self.block_size - self._block_length
+            if sums is None:
+                if size - upos <= room:
+                    ucut, records = size, n - done
+                else:
+                    ucut = units.rfind(newline, upos, upos + room) + 1 if room > 0 else 0  # type: ignore[arg-type]
+                    records = units.count(newline, upos, ucut) if ucut else 0  # type: ignore[arg-type]
+            else:
+                records = bisect_right(sums, sums[done] + room, done) - 1 - done if room >= 0 else 0
+            if not records:  # the next record does not fit in the open block
+                if self._block_records:
+                    self.close_block()
+                    continue
+                if self._starts_file():
+                    self._block_first = first + done
+                    self._seal_block()
+                records = 1  # too long for any block: alone in one
+                if sums is None:
+                    ucut = units.index(newline, upos) + 1  # type: ignore[arg-type]
+            if sums is None:
+                length = ucut - upos
+                cut = ucut if units is blob else position + len(units[upos:ucut].encode("utf-8"))  # type: ignore[union-attr]
+                upos = ucut
+            else:
+                length = sums[done + records] - sums[done]
+                cut = position
+                for _ in range(records):
+                    cut = blob.index(LF, cut) + 1
             if not self._block_records:
                 self._block_first = first + done
-            room = self.block_size - self._block_bytes
-            if size - position < room:
-                cut, records = size, n - done  # everything left fits in the open block
-            else:
-                cut = blob.index(LF, position + room - 1) + 1  # the line that reaches the size
-                records = blob.count(LF, position, cut)
             self._emit(view[position:cut])
-            self._block_bytes += cut - position
+            self._block_length += length
             self._block_records += records
             self.num_records += records
             done += records
             self._next_offset = first + done
             position = cut
-            if self._block_bytes >= self.block_size:
-                self.close_block()
         return done
 
     def _feed(self) -> None:
@@ -484,16 +606,19 @@ class BlockCutter:
         self._pending_bytes = 0
         self._emit(data)
 
+    def _seal_block(self) -> Chunk:
+        self._feed()
+        chunk = self._seal()
+        self._num_chunks += 1
+        self._block_length = 0
+        self._block_records = 0
+        return chunk
+
     def close_block(self) -> Chunk | None:
         """Finish the open block; returns its index entry (None if no block is open)."""
         if not self._block_records:
             return None
-        self._feed()
-        chunk = self._seal()
-        self._num_chunks += 1
-        self._block_bytes = 0
-        self._block_records = 0
-        return chunk
+        return self._seal_block()
 
 
 class BlockSizer(BlockCutter):
@@ -516,15 +641,24 @@ class BlockSizer(BlockCutter):
         return self.state
 
 
+#: The 10-byte header Java's ``GZIPOutputStream`` (JDK 16 and later) starts every member with:
+#: deflate, no flags, mtime 0, no extra flags, OS 255 ("unknown"; JDK 15 and earlier wrote 0).
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+
+
 class BlockGzipWriter(BlockCutter):
     """Writes one file: records in, gzip members out to ``sink``, index chunks collected.
+
+    Each member is written the way Java's ``GZIPOutputStream`` writes it — :data:`GZIP_HEADER`,
+    raw deflate from zlib at level 6 with the default window and memory level, then CRC-32 and
+    length — so a file holds exactly the original's bytes (with the same zlib).
 
     Why a streaming writer: a file holds up to ``chunks.per.file`` times 64 MiB of records, so
     compressed bytes go to the sink as they are produced and only about 1 MiB of pending lines
     is kept in memory.
     """
 
-    __slots__ = ("_chunks", "_compressor", "_level", "_position", "_sink")
+    __slots__ = ("_chunks", "_compressor", "_crc", "_level", "_member_bytes", "_position", "_sink")
 
     def __init__(self, sink: BinaryIO, block_size: int = DEFAULT_BLOCK_SIZE, level: int = DEFAULT_LEVEL):
         super().__init__(block_size)
@@ -533,27 +667,38 @@ class BlockGzipWriter(BlockCutter):
         self._chunks: list[Chunk] = []
         self._position = 0  # compressed bytes written to the sink
         self._compressor: Any = None  # zlib.Compress (not a public type)
+        self._crc = 0
+        self._member_bytes = 0
 
     @property
     def chunks(self) -> list[Chunk]:
         """Closed blocks so far."""
         return list(self._chunks)
 
-    def _emit(self, data: bytes | memoryview) -> None:
+    def _write(self, data: bytes) -> None:
+        if data:
+            self._sink.write(data)
+            self._position += len(data)
+
+    def _start_member(self) -> Any:
         if self._compressor is None:
-            self._compressor = zlib.compressobj(self._level, zlib.DEFLATED, _GZIP_WBITS)
-        out = self._compressor.compress(data)
-        if out:
-            self._sink.write(out)
-            self._position += len(out)
+            self._compressor = zlib.compressobj(self._level, zlib.DEFLATED, -zlib.MAX_WBITS)
+            self._crc = 0
+            self._member_bytes = 0
+            self._write(GZIP_HEADER)
+        return self._compressor
+
+    def _emit(self, data: bytes | memoryview) -> None:
+        compressor = self._start_member()
+        self._crc = zlib.crc32(data, self._crc)
+        self._member_bytes += len(data)
+        self._write(compressor.compress(data))
 
     def _seal(self) -> Chunk:
-        assert self._compressor is not None
-        out = self._compressor.flush(zlib.Z_FINISH)
-        self._sink.write(out)
-        self._position += len(out)
+        compressor = self._start_member()  # an empty block is a member too
+        self._write(compressor.flush(zlib.Z_FINISH) + struct.pack("<II", self._crc, self._member_bytes & 0xFFFFFFFF))
         start = self._chunks[-1].byte_end if self._chunks else 0
-        chunk = Chunk(self._block_bytes, self._block_records, self._position - start, start, self._block_first)
+        chunk = Chunk(self._block_length, self._block_records, self._position - start, start, self._block_first)
         self._chunks.append(chunk)
         self._compressor = None
         return chunk
@@ -633,6 +778,8 @@ def read_records(data: bytes) -> list[bytes | None]:
 class RotationPolicy:
     """When a file closes. Every rule looks at record data only (offsets, counts, record
     timestamps), never at the wall clock, so a re-run over the same records cuts the same files.
+    (The one wall-clock rule, ``offset.flush.interval.ms`` in continuous runs, is the driver's:
+    see ``ArchiveCoordinator`` in the archive pipeline.)
 
     - ``chunks_per_file``: the file closes as soon as it holds this many closed blocks;
     - ``flush_size`` (0 = off): the file closes once it holds this many records;

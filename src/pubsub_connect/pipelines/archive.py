@@ -19,7 +19,13 @@ Exactly-once by construction
 - **Deterministic cuts.** Blocks and files close on record data only (uncompressed block size,
   blocks per file, ``flush.size`` records, ``rotate.interval.ms`` of record time) — plus, at the
   end of a ``--once`` run or a clean stop, the open tail of each partition is written as a
-  shorter file (like Connect's flush on stop) instead of being left for the next run.
+  shorter file (like Connect's flush on stop) instead of being left for the next run. In a
+  continuous run a file also closes once it has been open for ``offset.flush.interval.ms``
+  (driver clock, from the micro-batch that read its first records; :class:`IdleFlusher` when no
+  micro-batch comes), as the original uploads its open files at every Connect offset commit: a
+  quiet topic's records reach the store within about that interval. Such a cut depends on time,
+  so a re-run after a crash may end that file elsewhere; exactly-once does not depend on it (the
+  store says where each partition resumes, and the retry rewrites the same name, index first).
 - **Atomic objects, index first.** A file is compressed into ``local.buffer.dir``; then its
   ``.index.json`` is written, then the ``.gz`` (one PUT or a multipart upload completed only
   when whole; temp file + rename locally). A visible ``.gz`` is therefore always whole and
@@ -58,7 +64,8 @@ batch to the next. Instead:
   after a crash needs anyway).
 - **Same bytes as one writer.** The sizer cuts blocks exactly where the writer does, so the
   files are byte-identical to those of a single writer that saw every record, whatever the
-  micro-batch boundaries (the tests compare them). Should Kafka return different records for a
+  micro-batch boundaries (the tests compare them) — and to the original's writer given the
+  same lines. Should Kafka return different records for a
   range on the second read (a compaction in between), the file holds what Kafka returned for
   that range and the ranges still tile the partition: nothing is archived twice or skipped.
 - **End of run.** The open files are written as shorter files by one more small job
@@ -84,9 +91,10 @@ import os
 import shutil
 import socket
 import threading
+import time
 import uuid
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
@@ -110,11 +118,13 @@ from pubsub_connect.model.blockgzip import (
     FilePlanner,
     OpenFile,
     RotationPolicy,
+    cursor_key,
     decode_line,
     find_chunk,
     gz_key_for,
     index_key,
     iter_members,
+    key_prefix,
     object_key,
     parse_index,
     read_records,
@@ -176,7 +186,7 @@ class ArchiveSettings:
             flush_size=int(config.get("flush.size")),
             rotate_interval_ms=int(config.get("rotate.interval.ms")),
         )
-        return cls(str(config.get("s3.prefix") or ""), policy, buffer_dir)
+        return cls(key_prefix(str(config.get("s3.prefix") or "")), policy, buffer_dir)
 
 
 # --------------------------------------------------------------------------------------------
@@ -417,7 +427,9 @@ class TaskStaging:
 
 def write_archive_file(store: ObjectStore, prefix: str, block_size: int, topic: str, partition: int,
                        parts: Iterable[Records], staging: TaskStaging) -> CommittedFile | None:
-    """Write one whole file from its records and publish it: index first, then the ``.gz``.
+    """Write one whole file from its records and publish it: index first, then the ``.gz``, then
+    the partition's cursor (the original's ``last_chunk_index`` object, so that the original
+    connector could take the store over; this connector does not read it).
 
     The name comes from the first record written. Returns None when ``parts`` hold no record
     (every record of the range vanished from Kafka before it was read again)."""
@@ -442,6 +454,7 @@ def write_archive_file(store: ObjectStore, prefix: str, block_size: int, topic: 
         handle.close()
         store.put_bytes(index_key(key), render_index(chunks))
         store.put_file(key, staged)
+        store.put_bytes(cursor_key(prefix, topic, partition), index_key(key).encode("utf-8"))
     finally:
         if handle is not None:
             handle.close()
@@ -578,10 +591,19 @@ class ArchiveTask:
 
 class ArchiveCoordinator:
     """The driver side of a run: the :class:`PartitionState` of every topic-partition, the
-    callable for the next job, and what the jobs reported. Holds no record."""
+    callable for the next job, and what the jobs reported. Holds no record.
+
+    ``flush_interval_ms`` (``offset.flush.interval.ms``, continuous runs only; None: never): an
+    open file is written once this long has passed since its first records were read, even when
+    no more records come. Why: the original uploads every open file at each Connect offset
+    commit (every ``offset.flush.interval.ms``), so a quiet topic's records reach the store
+    within about that interval; rotation on record data alone would hold them back until more
+    records arrive. The time is the driver's clock when the job that read them started.
+    """
 
     def __init__(self, store: ObjectStore, settings: ArchiveSettings, connector: str, source: RecordSource,
-                 resume: Mapping[TopicPartition, int], subscribed: Iterable[TopicPartition] = ()):
+                 resume: Mapping[TopicPartition, int], subscribed: Iterable[TopicPartition] = (),
+                 flush_interval_ms: int | None = None, clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.settings = settings
         self.connector = connector
@@ -592,9 +614,20 @@ class ArchiveCoordinator:
         #: True from the start of a job until its reports are applied: when a job is cut short,
         #: the states no longer say what the store holds, and nothing may be written from them.
         self.in_flight = False
+        self.flush_interval_s = None if flush_interval_ms is None else flush_interval_ms / 1000.0
+        self.clock = clock
+        #: When the job that read each open file's first records started (``clock`` seconds).
+        self.opened_at: dict[TopicPartition, float] = {}
+        self._job_started = clock()
+        #: Held by whoever runs a job and applies its reports (a micro-batch, the idle flush, the
+        #: end of the run): they take turns, so every job starts from the states the last one left.
+        self.lock = threading.RLock()
+        #: Set when a file opens (a new deadline) — wakes the idle flush (:class:`IdleFlusher`).
+        self.opened = threading.Event()
 
     def task(self, final: bool = False) -> ArchiveTask:
         """The callable for the next job, with fresh store credentials and the current states."""
+        self._job_started = self.clock()
         return ArchiveTask(self.store.portable(), self.settings, self.connector, self.source, dict(self.states),
                            final)
 
@@ -610,14 +643,37 @@ class ArchiveCoordinator:
         reports = [parse_report(row) for row in rows]
         for report in sorted(reports, key=lambda r: (r.topic, r.partition)):
             tp = (report.topic, report.partition)
+            before = self.states.get(tp, PartitionState()).open_file
             self.states[tp] = report.state
             self.known.add(tp)
+            now_open = report.state.open_file
+            if now_open is None:
+                self.opened_at.pop(tp, None)
+            elif before is None or before.first_offset != now_open.first_offset or tp not in self.opened_at:
+                self.opened_at[tp] = self._job_started
+                self.opened.set()
             for done in report.files:
                 log.info("archived %s: offsets [%d, %d), %d records in %d blocks (%s, pid %d)",
                          self.store.url(done.key), done.first_offset, done.end_offset, done.num_records,
                          done.num_chunks, report.host, report.pid)
         self.in_flight = False
         return reports
+
+    def next_flush(self) -> float | None:
+        """When (``clock`` seconds) the oldest open file is due by ``offset.flush.interval.ms``;
+        None when no file is open or the interval is off."""
+        for tp in [tp for tp in self.opened_at if self.states.get(tp, PartitionState()).open_file is None]:
+            del self.opened_at[tp]  # written by a job meanwhile
+        if self.flush_interval_s is None or not self.opened_at:
+            return None
+        return min(self.opened_at.values()) + self.flush_interval_s
+
+    def due(self, now: float | None = None) -> list[TopicPartition]:
+        """The partitions whose open file is due by ``offset.flush.interval.ms`` at ``now``."""
+        if self.flush_interval_s is None:
+            return []
+        now = self.clock() if now is None else now
+        return sorted(tp for tp, opened in self.opened_at.items() if now - opened >= self.flush_interval_s)
 
     def describe_open(self) -> str:
         """``topic-partition@first offset+records`` of every open file, for the log."""
@@ -677,6 +733,71 @@ def spread_partitions(frame: DataFrame, slots: Mapping[TopicPartition, int]) -> 
     return frame.repartition(count, key)
 
 
+def flush_due_files(spark: SparkSession, coordinator: ArchiveCoordinator) -> list[PartitionReport]:
+    """Write the open files due by ``offset.flush.interval.ms`` (none when the interval is off)."""
+    due = coordinator.due()
+    if not due:
+        return []
+    log.info("%s: writing files open for offset.flush.interval.ms=%d: %s", coordinator.connector,
+             int((coordinator.flush_interval_s or 0) * 1000), ", ".join(f"{t}-{p}" for t, p in due))
+    return flush_open_files(spark, coordinator, due)
+
+
+class IdleFlusher:
+    """Writes files due by ``offset.flush.interval.ms`` while no micro-batch runs.
+
+    Why a thread: Spark runs no micro-batch while the topics are quiet, and that is exactly when
+    an open file would otherwise wait for records that do not come. The thread sleeps until the
+    oldest open file is due (or a file opens), then, holding the coordinator's lock so that it
+    takes turns with the micro-batches, runs :func:`flush_due_files` — a Spark job whose tasks
+    read the records from Kafka, as at the end of a run. Should that job fail, the thread keeps
+    the error and stops the query: the stage runner then sees the failure (and restarts the
+    stage when it is transient), and the next run resumes from the store.
+    """
+
+    def __init__(self, spark: SparkSession, coordinator: ArchiveCoordinator, on_error: Callable[[], None]):
+        self.spark = spark
+        self.coordinator = coordinator
+        self.on_error = on_error
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{coordinator.connector}-idle-flush", daemon=True)
+
+    def start(self) -> IdleFlusher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the thread, after the flush it may be running."""
+        self._stop.set()
+        self.coordinator.opened.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _run(self) -> None:
+        coordinator = self.coordinator
+        while not self._stop.is_set():
+            with coordinator.lock:
+                deadline = coordinator.next_flush()
+                coordinator.opened.clear()
+            wait = None if deadline is None else max(0.0, deadline - coordinator.clock())
+            if wait is None or wait > 0:
+                coordinator.opened.wait(wait)
+                continue  # re-read the deadline: a file opened, or the one waited for may be written
+            try:
+                with coordinator.lock:
+                    if self._stop.is_set() or coordinator.in_flight:
+                        return  # stopping, or a job was cut short: the states cannot be trusted
+                    flush_due_files(self.spark, coordinator)
+            except Exception as exc:
+                error = ConnectorError(f"writing the files due by offset.flush.interval.ms failed: {error_line(exc)}")
+                error.__cause__ = exc  # the stage runner looks for transient causes in the whole chain
+                self.error = error
+                log.error("%s: %s", coordinator.connector, error)
+                self.on_error()
+                return
+
+
 def archive_frame(frame: DataFrame, coordinator: ArchiveCoordinator) -> list[PartitionReport]:
     """Archive a micro-batch (columns ``topic, partition, offset, ts, value``) in executor tasks;
     only the tasks' reports come back to the driver."""
@@ -689,10 +810,13 @@ def archive_frame(frame: DataFrame, coordinator: ArchiveCoordinator) -> list[Par
     return coordinator.apply(row.asDict(recursive=True) for row in rows)
 
 
-def flush_open_files(spark: SparkSession, coordinator: ArchiveCoordinator) -> list[PartitionReport]:
-    """Write every open file as it is (end of a ``--once`` run, or a clean stop), in tasks that
-    read its records from Kafka; the driver only names the partitions."""
-    open_tps = sorted(coordinator.open_files())
+def flush_open_files(spark: SparkSession, coordinator: ArchiveCoordinator,
+                     only: Iterable[TopicPartition] | None = None) -> list[PartitionReport]:
+    """Write open files as they are (all: end of a ``--once`` run or a clean stop; ``only`` those
+    partitions: files due by ``offset.flush.interval.ms``), in tasks that read their records from
+    Kafka; the driver only names the partitions."""
+    wanted = None if only is None else set(only)
+    open_tps = sorted(tp for tp in coordinator.open_files() if wanted is None or tp in wanted)
     if not open_tps:
         return []
     coordinator.in_flight = True
@@ -743,7 +867,7 @@ class ArchiveQuery:
     """
 
     def __init__(self, query: StreamingQuery, coordinator: ArchiveCoordinator, spark: SparkSession,
-                 staging_dir: Path):
+                 staging_dir: Path, idle_flush: bool = False):
         self._query = query
         self.coordinator = coordinator
         self.spark = spark
@@ -751,6 +875,9 @@ class ArchiveQuery:
         self._finished = False
         self._error: BaseException | None = None
         self._finish_lock = threading.Lock()
+        self.flusher: IdleFlusher | None = None
+        if idle_flush and coordinator.flush_interval_s is not None:
+            self.flusher = IdleFlusher(spark, coordinator, query.stop).start()
 
     @property
     def isActive(self) -> bool:
@@ -772,7 +899,7 @@ class ArchiveQuery:
         self._finish()
 
     def exception(self) -> Any:
-        return self._query.exception() or self._error
+        return self._query.exception() or self._error or (self.flusher.error if self.flusher else None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._query, name)
@@ -783,13 +910,18 @@ class ArchiveQuery:
                 return
             self._finished = True
             try:
+                if self.flusher is not None:
+                    self.flusher.stop()
+                    if self.flusher.error is not None:
+                        return
                 if self._query.exception() is not None:
                     return
                 if self.coordinator.in_flight:
                     log.info("%s: the last micro-batch was cut short; its open files are left to the next run",
                              self.coordinator.connector)
                     return
-                flush_open_files(self.spark, self.coordinator)
+                with self.coordinator.lock:
+                    flush_open_files(self.spark, self.coordinator)
             except Exception as exc:
                 self._error = ConnectorError(f"publishing the last files failed: {error_line(exc)}")
                 log.error("%s", self._error)
@@ -850,12 +982,16 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
     options["startingOffsets"] = starting_offsets(resume, subscribed)
     log.info("%s: resuming from %s (startingOffsets=%s)", config.name, store.url(settings.prefix),
              options["startingOffsets"])
+    # offset.flush.interval.ms: continuous runs only (a --once run writes its open files when it ends)
+    flush_interval = None if ctx.once else int(ctx.worker.get("offset.flush.interval.ms"))
     coordinator = ArchiveCoordinator(store, settings, config.name, KafkaRecordSource(replay_options(options)),
-                                     resume, subscribed)
+                                     resume, subscribed, flush_interval)
     staging = new_staging_dir(settings.buffer_dir, config.name)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        reports = archive_frame(select_archive_columns(batch), coordinator)
+        with coordinator.lock:
+            reports = archive_frame(select_archive_columns(batch), coordinator)
+            reports += flush_due_files(ctx.spark, coordinator)
         files = sum(len(r.files) for r in reports)
         log.info("%s: batch %d: %d file(s) archived; open files: %s", config.name, batch_id, files,
                  coordinator.describe_open())
@@ -872,7 +1008,7 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return ArchiveQuery(query, coordinator, ctx.spark, staging)
+    return ArchiveQuery(query, coordinator, ctx.spark, staging, idle_flush=not ctx.once)
 
 
 STAGES: list[Stage] = [Stage(STAGE, start_archive)]
