@@ -647,3 +647,28 @@ def test_sink_outbox_batch_reports_rows_it_cannot_map() -> None:
     assert outbox.num_rows == 1
     assert outbox.column("key").to_pylist() == [b"5"]
     assert outbox.column("offset").to_pylist() == [1]
+
+
+def _lite_source_config(**keys: str) -> object:
+    from pubsub_connect.config import validate_connector
+
+    return validate_connector({"name": "lite-src", "connector.class": "PubSubLiteSourceConnector",
+                               "pubsublite.project": "p", "pubsublite.location": "us-central1-a",
+                               "pubsublite.subscription": "s", "kafka.topic": "t", **keys})
+
+
+def test_lite_source_pipeline_reads_the_converters_and_refuses_unusable_ones() -> None:
+    """The convert stage gets the connector's converters (Connect's defaults when unset), and a
+    converter that cannot serialize bytes stops the connector before any batch runs."""
+    from pubsub_connect.pipelines.base import ConnectorError
+    from pubsub_connect.pipelines.lite_source import source_converters
+
+    assert source_converters(_lite_source_config()) == lite.DEFAULT_SOURCE_CONVERTERS
+    assert source_converters(_lite_source_config(**{
+        "key.converter": JSON_CONVERTER, "key.converter.schemas.enable": "false", "value.converter": STRING_CONVERTER,
+        "header.converter": lite.BYTE_ARRAY_CONVERTER})) == lite.LiteSourceConverters(
+        key_converter=JSON_CONVERTER, key_schemas_enable=False, value_converter=STRING_CONVERTER,
+        header_converter=lite.BYTE_ARRAY_CONVERTER)
+    with pytest.raises(ConnectorError, match=r"lite-src: value\.converter=\S*IntegerConverter cannot serialize"):
+        source_converters(_lite_source_config(**{
+            "value.converter": "org.apache.kafka.connect.converters.IntegerConverter"}))

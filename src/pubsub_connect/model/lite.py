@@ -14,7 +14,10 @@ Per-record reference functions:
   ARRAY/MAP/STRUCT → a serialized ``google.protobuf.Value`` (:func:`encode_value`).
 * :func:`sink_message` — a :class:`LiteSinkRecord` (converted Kafka record) → :class:`LiteMessage`
   with the ``x-goog-pubsublite-source-kafka-*`` attributes and ``event_time``.
-* :func:`source_record` — a :class:`LiteReceived` (SequencedMessage) → :class:`KafkaSourceRecord`.
+* :func:`source_record` — a :class:`LiteReceived` (SequencedMessage) → :class:`KafkaSourceRecord`,
+  serialized the way Kafka Connect's worker serializes what Google's source task returns
+  (:class:`LiteSourceConverters`: ``key.converter`` on an OPTIONAL_BYTES key, ``value.converter``
+  on a BYTES value, ``header.converter`` on BYTES headers: Base64 text by default).
 * :class:`KafkaPartitioner` — same non-empty key → same Kafka partition (murmur2, like Kafka's
   Java producer), null keys round-robin.
 
@@ -38,6 +41,10 @@ publishes garbage):
 * Kafka timestamps < 0 mean "no timestamp" (Connect turns ``-1`` into null).
 * Serialized ``Value`` bytes use deterministic (sorted-key) map order; Java's order differs, so
   compare such payloads parsed, never as raw bytes.
+* Source with ``StringConverter`` for keys or values: Java writes ``byte[].toString()`` (an
+  identity hash such as ``[B@6d06d69c``: the data is lost); ours writes the bytes as UTF-8 text.
+  The number and boolean converters, which fail every record in the original, are refused at
+  start-up (:meth:`LiteSourceConverters.check`).
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@
    Google's tools and a fresh checkpoint start from) never pass what is durable.
 2. ``convert`` — bronze → ``outbox/<name>``: Google's message → record mapping
    (``model.lite``: empty key → null, attributes → repeated bytes headers, event time else
-   publish time) with an explicit Kafka partition: same non-empty key → same partition (Kafka's
-   murmur2), null keys round-robin, continuing across batches. The mapping is total (every Lite
+   publish time), serialized like Connect's worker does (``key.converter``, ``value.converter``,
+   ``header.converter``: Base64 header text by default), with an explicit Kafka partition: same
+   serialized key → same partition (Kafka's murmur2), null keys round-robin, continuing across
+   batches. The mapping is total (every Lite
    message is a valid Kafka record), so no dead-letter table is involved.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch with a marker
    that makes a replayed batch a no-op (``io.kafka_txn``): exactly once for ``read_committed``
