@@ -339,6 +339,10 @@ LITE_SOURCE_KEYS: tuple[Key, ...] = (
     _k("pubsublite.partition_flow_control.messages", "long", LONG_MAX, "Outstanding messages per partition.",
        min=1),
     _k("pubsublite.partition_flow_control.bytes", "long", 20_000_000, "Outstanding bytes per partition.", min=1),
+    _k("header.converter", "enum", "org.apache.kafka.connect.storage.SimpleHeaderConverter",
+       "Kafka header values: SimpleHeaderConverter (Connect's default) writes Base64 text, ByteArrayConverter "
+       "the attribute bytes.",
+       choices=("org.apache.kafka.connect.storage.SimpleHeaderConverter", BYTE_ARRAY_CONVERTER)),
     *GCP_CREDENTIAL_KEYS,
 )
 

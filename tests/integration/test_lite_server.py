@@ -451,7 +451,14 @@ def test_standalone_server_process(tmp_path: Path) -> None:
 def test_model_round_trip_through_the_server(lite: LiteServer, tag: str) -> None:
     """The sink example stored by the server and read back by the source mapping."""
     from pubsub_connect.model.connect import SchemaAndValue
-    from pubsub_connect.model.lite import LiteReceived, LiteSinkRecord, sink_message, source_record
+    from pubsub_connect.model.lite import (
+        BYTE_ARRAY_CONVERTER,
+        LiteReceived,
+        LiteSinkRecord,
+        LiteSourceConverters,
+        sink_message,
+        source_record,
+    )
 
     topic, _ = paths(tag)
     lite.create_topic(topic, 1)
@@ -463,7 +470,8 @@ def test_model_round_trip_through_the_server(lite: LiteServer, tag: str) -> None
     ).message
     lite.publish(topic, 0, [message.to_proto()])
     stored = lite.messages(topic, 0)[0]
-    record = source_record(LiteReceived.from_proto(0, stored), "kafka-out")
+    raw_headers = LiteSourceConverters(header_converter=BYTE_ARRAY_CONVERTER)
+    record = source_record(LiteReceived.from_proto(0, stored), "kafka-out", raw_headers)
     assert (record.key, record.value, record.timestamp_ms) == (b"dog", b"fox", 50001)
     assert record.headers == (
         ("h", b"1"),

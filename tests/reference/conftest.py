@@ -16,6 +16,7 @@ import pytest
 
 from integration.kafka_tls import make_server_tls
 from integration.pubsub_helpers import PROJECT
+from lite_server import LiteServer
 from reference.connect import ConnectStandalone, resolve_reference_jars
 from reference.fronts import FRONT_DNS_NAMES, FRONT_IP_ADDRESSES, GoogleApiFronts, write_fake_service_account
 
@@ -64,3 +65,12 @@ def google_connect(kafka_bootstrap: str, google_api_fronts: GoogleApiFronts,
         stopping = time.monotonic()
         worker.stop()
         TIMINGS["Connect stop"] = time.monotonic() - stopping
+
+
+@pytest.fixture(scope="session")
+def google_lite(google_api_fronts: GoogleApiFronts, services_dir: Path) -> Iterator[LiteServer]:
+    """A local Pub/Sub Lite server that Google's Lite connectors reach through the fronts (their
+    regional endpoint is tunnelled to it) and this project's connectors reach directly."""
+    with LiteServer(cert_dir=services_dir / "reference-lite-tls") as server:
+        google_api_fronts.route_lite(server.endpoint, server.cert_path)
+        yield server

@@ -46,6 +46,8 @@ SLF4J_BINDING_VERSION = "1.7.36"
 
 SINK_CONNECTOR_CLASS = "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector"
 SOURCE_CONNECTOR_CLASS = "com.google.pubsub.kafka.source.CloudPubSubSourceConnector"
+LITE_SINK_CONNECTOR_CLASS = "com.google.pubsublite.kafka.sink.PubSubLiteSinkConnector"
+LITE_SOURCE_CONNECTOR_CLASS = "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector"
 
 CONNECT_RUNTIME = artifacts.ArtifactSet(
     "kafka-connect-reference",
@@ -56,13 +58,14 @@ CONNECT_RUNTIME = artifacts.ArtifactSet(
 #: fetched as one file.
 GOOGLE_CONNECTOR = artifacts.Coordinate("com.google.cloud", "pubsub-group-kafka-connector", GOOGLE_CONNECTOR_VERSION)
 
-#: ServiceLoader manifests for the two Cloud Pub/Sub connectors. The shaded jar has none, so
+#: ServiceLoader manifests for the Cloud Pub/Sub and Pub/Sub Lite connectors. The shaded jar has none, so
 #: Connect would have to scan its ~23,000 classes by reflection on every start (several seconds
 #: and much heap); a small jar beside it with the manifests lets ``plugin.discovery=service_load``
 #: find them without touching the connector's own jar.
 SERVICE_MANIFESTS = {
-    "META-INF/services/org.apache.kafka.connect.sink.SinkConnector": SINK_CONNECTOR_CLASS,
-    "META-INF/services/org.apache.kafka.connect.source.SourceConnector": SOURCE_CONNECTOR_CLASS,
+    "META-INF/services/org.apache.kafka.connect.sink.SinkConnector": (SINK_CONNECTOR_CLASS, LITE_SINK_CONNECTOR_CLASS),
+    "META-INF/services/org.apache.kafka.connect.source.SourceConnector": (SOURCE_CONNECTOR_CLASS,
+                                                                          LITE_SOURCE_CONNECTOR_CLASS),
 }
 
 CONNECT_JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
@@ -95,8 +98,8 @@ def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
         link.unlink()
     link.symlink_to(connector_jar)
     with zipfile.ZipFile(plugin_dir / "pubsub-connector-service-manifests.jar", "w") as manifests:
-        for entry, connector_class in SERVICE_MANIFESTS.items():
-            manifests.writestr(entry, connector_class + "\n")
+        for entry, connector_classes in SERVICE_MANIFESTS.items():
+            manifests.writestr(entry, "".join(f"{name}\n" for name in connector_classes))
     return directory / "plugins"
 
 

@@ -15,6 +15,12 @@ speaks plaintext gRPC and ignores tokens. Three small servers bridge the gap, al
   Any other target is refused and recorded: nothing the reference does may leave the machine.
 * a **token endpoint**: the ``token_uri`` of the fake service account the connector is given;
   it hands out a fixed access token.
+* optionally a **Lite TLS front** (:meth:`GoogleApiFronts.route_lite`): Google's Pub/Sub Lite
+  connectors dial ``{region}-pubsublite.googleapis.com:443`` and have no endpoint setting. The
+  proxy tunnels those hosts to a second TLS front (same certificate, which also names them) that
+  re-encrypts to the local Lite server: that server only speaks TLS, with its own self-signed
+  certificate for ``localhost``, so the front is a TLS client of it (ALPN ``h2``) and pipes the
+  decrypted HTTP/2 both ways.
 
 They run in one asyncio loop on a thread of the test process: they are tiny, and a thread is
 stopped with the fixture that started it.
@@ -38,9 +44,19 @@ log = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 #: The host and port the Java client dials unless ``cps.endpoint`` says otherwise.
 PUBSUB_DEFAULT_ENDPOINT = "pubsub.googleapis.com:443"
-#: The names the front's certificate must carry: the default endpoint, and loopback for a
-#: ``cps.endpoint`` that points at the front directly.
-FRONT_DNS_NAMES = ("pubsub.googleapis.com", "localhost")
+#: The Pub/Sub Lite regions the reference tests use (the region of a zone such as ``us-central1-a``).
+LITE_REGIONS = ("us-central1",)
+
+
+def lite_endpoint(region: str) -> str:
+    """The host and port the Java Lite client dials for ``region`` (``Endpoints.regionalEndpoint``);
+    it has no setting to dial anything else."""
+    return f"{region}-pubsublite.googleapis.com:443"
+
+
+#: The names the front's certificate must carry: the default endpoint, the Lite regional
+#: endpoints, and loopback for a ``cps.endpoint`` that points at the front directly.
+FRONT_DNS_NAMES = ("pubsub.googleapis.com", *(lite_endpoint(r).rpartition(":")[0] for r in LITE_REGIONS), "localhost")
 FRONT_IP_ADDRESSES = ("127.0.0.1",)
 FAKE_ACCESS_TOKEN = "reference-test-token"
 #: The longest request head the proxy and the token endpoint read (both get a few hundred bytes).
@@ -70,7 +86,9 @@ class GoogleApiFronts:
         self.tls = tls
         self.activity = FrontActivity()
         self.tls_port = 0
+        self.lite_tls_port = 0
         self.proxy_port = 0
+        self._lite: tuple[str, int, ssl.SSLContext] | None = None
         self.token_port = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="google-api-fronts", daemon=True)
@@ -93,6 +111,20 @@ class GoogleApiFronts:
                 "-Djavax.net.ssl.trustStoreType=PKCS12",
                 f"-Dhttps.proxyHost={LOOPBACK}", f"-Dhttps.proxyPort={self.proxy_port}",
                 f"-Dhttp.proxyHost={LOOPBACK}", f"-Dhttp.proxyPort={self.proxy_port}"]
+
+    def route_lite(self, lite_endpoint_host: str, lite_cert: Path) -> None:
+        """Tunnel the Lite regional endpoints to the local Lite server at ``lite_endpoint_host``
+        (``localhost:PORT``), whose self-signed certificate ``lite_cert`` is trusted for that hop only."""
+        host, _, port = lite_endpoint_host.rpartition(":")
+        upstream = ssl.create_default_context(cafile=str(lite_cert))
+        upstream.set_alpn_protocols(["h2"])
+        self._lite = (host, int(port), upstream)
+
+    @property
+    def tunnelled_targets(self) -> frozenset[str]:
+        """The ``CONNECT`` targets the proxy accepts; everything else is refused and recorded."""
+        lite = {lite_endpoint(region) for region in LITE_REGIONS} if self._lite else set()
+        return frozenset({PUBSUB_DEFAULT_ENDPOINT, *lite})
 
     def start(self, timeout_s: float = 10.0) -> GoogleApiFronts:
         self._thread.start()
@@ -124,10 +156,12 @@ class GoogleApiFronts:
         context.load_cert_chain(self.tls.cert_chain_pem, self.tls.key_pem)
         context.set_alpn_protocols(["h2"])  # gRPC refuses a TLS channel that did not negotiate h2
         tls_server = await asyncio.start_server(self._serve_tls, LOOPBACK, 0, ssl=context)
+        lite_tls_server = await asyncio.start_server(self._serve_lite_tls, LOOPBACK, 0, ssl=context)
         proxy_server = await asyncio.start_server(self._serve_proxy, LOOPBACK, 0)
         token_server = await asyncio.start_server(self._serve_token, LOOPBACK, 0)
-        self._servers = [tls_server, proxy_server, token_server]
-        self.tls_port, self.proxy_port, self.token_port = (s.sockets[0].getsockname()[1] for s in self._servers)
+        self._servers = [tls_server, lite_tls_server, proxy_server, token_server]
+        self.tls_port, self.lite_tls_port, self.proxy_port, self.token_port = (
+            s.sockets[0].getsockname()[1] for s in self._servers)
 
     async def _stop_servers(self) -> None:
         for server in self._servers:
@@ -158,10 +192,11 @@ class GoogleApiFronts:
             writer.close()
 
     async def _splice(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter,
-                      host: str, port: int, what: str) -> None:
+                      host: str, port: int, what: str, upstream_tls: ssl.SSLContext | None = None) -> None:
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
-        except OSError as exc:
+            upstream_reader, upstream_writer = await asyncio.open_connection(
+                host, port, ssl=upstream_tls, server_hostname=host if upstream_tls else None)
+        except (OSError, ssl.SSLError) as exc:
             log.warning("%s: cannot reach %s:%d: %s", what, host, port, exc)
             client_writer.close()
             return
@@ -174,6 +209,14 @@ class GoogleApiFronts:
     async def _serve_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.activity.tls_connections += 1
         await self._splice(reader, writer, *self.emulator, "TLS front")
+
+    async def _serve_lite_tls(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.activity.tls_connections += 1
+        if self._lite is None:
+            writer.close()
+            return
+        host, port, upstream_tls = self._lite
+        await self._splice(reader, writer, host, port, "Lite TLS front", upstream_tls)
 
     async def _read_head(self, reader: asyncio.StreamReader) -> list[str] | None:
         try:
@@ -189,9 +232,10 @@ class GoogleApiFronts:
             return
         method, _, rest = lines[0].partition(" ")
         target = rest.rpartition(" ")[0]
-        if method != "CONNECT" or target != PUBSUB_DEFAULT_ENDPOINT:
+        if method != "CONNECT" or target not in self.tunnelled_targets:
             self.activity.refused.append(lines[0])
-            log.warning("proxy: refused %r (only CONNECT %s is tunnelled)", lines[0], PUBSUB_DEFAULT_ENDPOINT)
+            log.warning("proxy: refused %r (only CONNECT to %s is tunnelled)", lines[0],
+                        sorted(self.tunnelled_targets))
             writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
@@ -200,7 +244,8 @@ class GoogleApiFronts:
         self.activity.tunnels.append(target)
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        await self._splice(reader, writer, LOOPBACK, self.tls_port, "proxy")
+        front = self.tls_port if target == PUBSUB_DEFAULT_ENDPOINT else self.lite_tls_port
+        await self._splice(reader, writer, LOOPBACK, front, "proxy")
 
     async def _serve_token(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Any request gets the fixed token: the emulator accepts every bearer token."""

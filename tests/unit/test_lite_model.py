@@ -353,7 +353,7 @@ def test_source_record_maps_fields() -> None:
         attributes={"a": (b"1", b"2"), "b": (b"\xff",)},
         event_time_ns=50_001_999_999,
     )
-    record = source_record(message, "kafka-topic")
+    record = source_record(message, "kafka-topic", RAW_HEADERS)
     assert record == lite.KafkaSourceRecord(
         topic="kafka-topic",
         key=b"k",
@@ -364,6 +364,54 @@ def test_source_record_maps_fields() -> None:
         lite_offset=10,
         partition=None,
     )
+
+
+RAW_HEADERS = lite.LiteSourceConverters(header_converter=lite.BYTE_ARRAY_CONVERTER)
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
+
+
+def test_source_record_headers_are_base64_text_by_default() -> None:
+    """Connect's default ``header.converter`` (SimpleHeaderConverter) prints the BYTES headers
+    Google's source task adds as Base64: the bytes a Kafka consumer of the original sees."""
+    record = source_record(_received(attributes={"a": (b"1", b"2"), "b": (b"\xff",), "e": (b"",)}), "t")
+    assert record.headers == (("a", b"MQ=="), ("a", b"Mg=="), ("b", b"/w=="), ("e", b""))
+
+
+@pytest.mark.parametrize(
+    ("converters", "key", "value", "null_key"),
+    [
+        (lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER),
+         b'{"schema":{"type":"bytes","optional":true},"payload":"/wBr"}',
+         b'{"schema":{"type":"bytes","optional":false},"payload":"ZGF0YQ=="}',
+         b'{"schema":{"type":"bytes","optional":true},"payload":null}'),
+        (lite.LiteSourceConverters(key_converter=JSON_CONVERTER, key_schemas_enable=False,
+                                   value_converter=JSON_CONVERTER, value_schemas_enable=False),
+         b'"/wBr"', b'"ZGF0YQ=="', b"null"),
+        # Java's StringConverter prints byte[].toString() (``[B@1b6d3586``); ours the UTF-8 text
+        (lite.LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER),
+         "\ufffd\x00k".encode(), b"data", None),
+    ],
+)
+def test_source_record_key_and_value_through_the_converters(converters: lite.LiteSourceConverters, key: bytes,
+                                                            value: bytes, null_key: bytes | None) -> None:
+    """The worker serializes the source task's OPTIONAL_BYTES key and BYTES value with
+    ``key.converter`` / ``value.converter``; an empty Lite key is a null key, which JsonConverter
+    still writes (an envelope with a null payload, or ``null``)."""
+    record = source_record(_received(key=b"\xff\x00k", data=b"data"), "t", converters)
+    assert (record.key, record.value) == (key, value)
+    assert source_record(_received(key=b"", data=b"data"), "t", converters).key == null_key
+
+
+@pytest.mark.parametrize("name", ["org.apache.kafka.connect.converters.IntegerConverter",
+                                  "org.apache.kafka.connect.converters.DoubleConverter"])
+def test_source_converters_that_cannot_write_bytes_are_refused(name: str) -> None:
+    for converters in (lite.LiteSourceConverters(key_converter=name), lite.LiteSourceConverters(value_converter=name)):
+        with pytest.raises(lite.UnsupportedLiteSourceConverter, match="cannot serialize the bytes"):
+            converters.check()
+    with pytest.raises(lite.UnsupportedLiteSourceConverter, match=r"header\.converter"):
+        lite.LiteSourceConverters(header_converter=STRING_CONVERTER).check()
+    lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=STRING_CONVERTER).check()
 
 
 def test_source_record_empty_key_is_null_and_publish_time_is_the_fallback() -> None:
@@ -486,19 +534,27 @@ def _lite_messages() -> list[LiteReceived]:
     ]
 
 
+@pytest.mark.parametrize("converters", [
+    lite.DEFAULT_SOURCE_CONVERTERS, RAW_HEADERS,
+    lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER, value_schemas_enable=False),
+    lite.LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER,
+                              header_converter=lite.BYTE_ARRAY_CONVERTER),
+], ids=["default", "raw-headers", "json", "string"])
 @pytest.mark.parametrize("sliced", [False, True])
-def test_kafka_outbox_batch_matches_reference(sliced: bool) -> None:
+def test_kafka_outbox_batch_matches_reference(sliced: bool, converters: lite.LiteSourceConverters) -> None:
+    """The batch convert equals the per-record reference, partition (hash of the *serialized*
+    key, as the producer computes it) included."""
     messages = _lite_messages()
     bronze = lite.bronze_batch(messages)
     assert bronze.schema == lite.LITE_BRONZE_SCHEMA
     if sliced:
         bronze, messages = bronze.slice(1, 3), messages[1:]
-    out, counter = lite.kafka_outbox_batch(bronze, num_partitions=4, round_robin_start=5)
+    out, counter = lite.kafka_outbox_batch(bronze, num_partitions=4, round_robin_start=5, converters=converters)
     assert out.schema == lite.KAFKA_OUTBOX_SCHEMA
     partitioner = KafkaPartitioner(4, start=5)
     expected = []
     for m in messages:
-        r = source_record(m, "t")
+        r = source_record(m, "t", converters)
         expected.append(
             {
                 "key": r.key,
@@ -591,3 +647,28 @@ def test_sink_outbox_batch_reports_rows_it_cannot_map() -> None:
     assert outbox.num_rows == 1
     assert outbox.column("key").to_pylist() == [b"5"]
     assert outbox.column("offset").to_pylist() == [1]
+
+
+def _lite_source_config(**keys: str) -> object:
+    from pubsub_connect.config import validate_connector
+
+    return validate_connector({"name": "lite-src", "connector.class": "PubSubLiteSourceConnector",
+                               "pubsublite.project": "p", "pubsublite.location": "us-central1-a",
+                               "pubsublite.subscription": "s", "kafka.topic": "t", **keys})
+
+
+def test_lite_source_pipeline_reads_the_converters_and_refuses_unusable_ones() -> None:
+    """The convert stage gets the connector's converters (Connect's defaults when unset), and a
+    converter that cannot serialize bytes stops the connector before any batch runs."""
+    from pubsub_connect.pipelines.base import ConnectorError
+    from pubsub_connect.pipelines.lite_source import source_converters
+
+    assert source_converters(_lite_source_config()) == lite.DEFAULT_SOURCE_CONVERTERS
+    assert source_converters(_lite_source_config(**{
+        "key.converter": JSON_CONVERTER, "key.converter.schemas.enable": "false", "value.converter": STRING_CONVERTER,
+        "header.converter": lite.BYTE_ARRAY_CONVERTER})) == lite.LiteSourceConverters(
+        key_converter=JSON_CONVERTER, key_schemas_enable=False, value_converter=STRING_CONVERTER,
+        header_converter=lite.BYTE_ARRAY_CONVERTER)
+    with pytest.raises(ConnectorError, match=r"lite-src: value\.converter=\S*IntegerConverter cannot serialize"):
+        source_converters(_lite_source_config(**{
+            "value.converter": "org.apache.kafka.connect.converters.IntegerConverter"}))

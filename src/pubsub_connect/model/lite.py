@@ -14,7 +14,10 @@ Per-record reference functions:
   ARRAY/MAP/STRUCT → a serialized ``google.protobuf.Value`` (:func:`encode_value`).
 * :func:`sink_message` — a :class:`LiteSinkRecord` (converted Kafka record) → :class:`LiteMessage`
   with the ``x-goog-pubsublite-source-kafka-*`` attributes and ``event_time``.
-* :func:`source_record` — a :class:`LiteReceived` (SequencedMessage) → :class:`KafkaSourceRecord`.
+* :func:`source_record` — a :class:`LiteReceived` (SequencedMessage) → :class:`KafkaSourceRecord`,
+  serialized the way Kafka Connect's worker serializes what Google's source task returns
+  (:class:`LiteSourceConverters`: ``key.converter`` on an OPTIONAL_BYTES key, ``value.converter``
+  on a BYTES value, ``header.converter`` on BYTES headers: Base64 text by default).
 * :class:`KafkaPartitioner` — same non-empty key → same Kafka partition (murmur2, like Kafka's
   Java producer), null keys round-robin.
 
@@ -38,6 +41,10 @@ publishes garbage):
 * Kafka timestamps < 0 mean "no timestamp" (Connect turns ``-1`` into null).
 * Serialized ``Value`` bytes use deterministic (sorted-key) map order; Java's order differs, so
   compare such payloads parsed, never as raw bytes.
+* Source with ``StringConverter`` for keys or values: Java writes ``byte[].toString()`` (an
+  identity hash such as ``[B@6d06d69c``: the data is lost); ours writes the bytes as UTF-8 text.
+  The number and boolean converters, which fail every record in the original, are refused at
+  start-up (:meth:`LiteSourceConverters.check`).
 """
 
 from __future__ import annotations
@@ -52,7 +59,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from google.protobuf import struct_pb2
 
 from pubsub_connect.model.connect import DataError, Schema, SchemaAndValue, Struct, Type
-from pubsub_connect.model.converters import java_text, utf8
+from pubsub_connect.model.converters import (
+    BYTE_ARRAY_CONVERTER,
+    JsonConverter,
+    StringConverter,
+    java_text,
+    make_converter,
+    utf8,
+)
 from pubsub_connect.model.javatext import java_double_to_string, to_float32
 
 if TYPE_CHECKING:
@@ -404,15 +418,88 @@ class KafkaSourceRecord:
     partition: int | None = None
 
 
-def source_record(message: LiteReceived, kafka_topic: str) -> KafkaSourceRecord:
+#: Kafka Connect's default ``header.converter``: it writes a BYTES header as Base64 text.
+SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+LITE_SOURCE_HEADER_CONVERTERS = (SIMPLE_HEADER_CONVERTER, BYTE_ARRAY_CONVERTER)
+#: The schemas Google's source task gives the key (``OPTIONAL_BYTES_SCHEMA``) and the value
+#: (``BYTES_SCHEMA``) of each record: the worker's converters serialize them with these.
+SOURCE_KEY_SCHEMA = Schema(Type.BYTES, optional=True)
+SOURCE_VALUE_SCHEMA = Schema(Type.BYTES)
+#: Converters whose output for a BYTES key or value is usable: ByteArrayConverter (the bytes),
+#: JsonConverter (Base64 in JSON, like the original) and StringConverter (the bytes as UTF-8
+#: text; Java prints an identity hash such as ``[B@1b6d3586`` instead). The number and boolean
+#: converters cannot serialize bytes at all (the original fails every record).
+LITE_SOURCE_CONVERTERS = (BYTE_ARRAY_CONVERTER, StringConverter.class_name, JsonConverter.class_name)
+
+
+class UnsupportedLiteSourceConverter(ValueError):
+    """A ``key.converter`` / ``value.converter`` / ``header.converter`` the Lite source cannot
+    use: a configuration error reported at start-up, not per record."""
+
+
+@dataclass(frozen=True)
+class LiteSourceConverters:
+    """How the Lite source serializes keys, values and headers, as Kafka Connect's worker does
+    with what Google's source task returns (``key.converter``, ``value.converter``,
+    ``header.converter``). Primitives only: shipped to Spark executors."""
+
+    key_converter: str = BYTE_ARRAY_CONVERTER
+    key_schemas_enable: bool = True
+    value_converter: str = BYTE_ARRAY_CONVERTER
+    value_schemas_enable: bool = True
+    header_converter: str = SIMPLE_HEADER_CONVERTER
+
+    def check(self) -> None:
+        """Raise :class:`UnsupportedLiteSourceConverter` for a converter that cannot write bytes."""
+        for what, name in (("key.converter", self.key_converter), ("value.converter", self.value_converter)):
+            if name not in LITE_SOURCE_CONVERTERS:
+                raise UnsupportedLiteSourceConverter(
+                    f"{what}={name} cannot serialize the bytes keys and values of Pub/Sub Lite messages "
+                    f"(Google's connector fails every record with it); use one of {', '.join(LITE_SOURCE_CONVERTERS)}")
+        if self.header_converter not in LITE_SOURCE_HEADER_CONVERTERS:
+            raise UnsupportedLiteSourceConverter(
+                f"header.converter={self.header_converter} is not supported by the Lite source; use one of "
+                f"{', '.join(LITE_SOURCE_HEADER_CONVERTERS)}")
+
+    @property
+    def raw_keys(self) -> bool:
+        return self.key_converter == BYTE_ARRAY_CONVERTER
+
+    @property
+    def raw_values(self) -> bool:
+        return self.value_converter == BYTE_ARRAY_CONVERTER
+
+    @property
+    def raw_headers(self) -> bool:
+        return self.header_converter == BYTE_ARRAY_CONVERTER
+
+    def key(self, key: bytes | None) -> bytes | None:
+        """The Kafka key bytes for a Lite key already mapped to None when empty."""
+        return make_converter(self.key_converter, self.key_schemas_enable).from_connect(SOURCE_KEY_SCHEMA, key)
+
+    def value(self, data: bytes) -> bytes | None:
+        return make_converter(self.value_converter, self.value_schemas_enable).from_connect(SOURCE_VALUE_SCHEMA, data)
+
+    def header(self, value: bytes) -> bytes:
+        """``SimpleHeaderConverter`` prints a BYTES header as Base64 text (``Values.convertToString``)."""
+        return value if self.raw_headers else base64.b64encode(value)
+
+
+#: What an unconfigured worker uses: ByteArrayConverter for keys and values, SimpleHeaderConverter.
+DEFAULT_SOURCE_CONVERTERS = LiteSourceConverters()
+
+
+def source_record(message: LiteReceived, kafka_topic: str,
+                  converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS) -> KafkaSourceRecord:
     """Google's Lite source mapping: empty key → null, each attribute value → one bytes header,
-    timestamp = event time if present else publish time (milliseconds, rounded down)."""
+    timestamp = event time if present else publish time (milliseconds, rounded down); then the
+    worker's converters: key, value and header values serialized by ``converters``."""
     time_ns = message.event_time_ns if message.event_time_ns is not None else message.publish_time_ns
-    headers = tuple((name, bytes(v)) for name, values in message.attributes.items() for v in values)
+    headers = tuple((name, converters.header(bytes(v))) for name, values in message.attributes.items() for v in values)
     return KafkaSourceRecord(
         topic=kafka_topic,
-        key=message.key or None,
-        value=message.data,
+        key=converters.key(message.key or None),
+        value=converters.value(message.data) or b"",
         headers=headers,
         timestamp_ms=time_ns // 1_000_000,
         lite_partition=message.partition,
@@ -710,15 +797,18 @@ def bronze_batch(messages: Iterable[LiteReceived]) -> pa.RecordBatch:
 
 
 def kafka_outbox_batch(
-    bronze: pa.RecordBatch | pa.Table, *, num_partitions: int | None = None, round_robin_start: int = 0
+    bronze: pa.RecordBatch | pa.Table, *, num_partitions: int | None = None, round_robin_start: int = 0,
+    converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS,
 ) -> tuple[pa.RecordBatch, int]:
     """Convert stage of the Lite source, vectorized: Lite bronze → Kafka outbox.
 
     Empty keys become null; every attribute value becomes one header (name repeated for
     multi-valued attributes); ``timestamp`` = event time, else publish time, in whole
-    milliseconds. With ``num_partitions`` the Kafka partition is set explicitly (murmur2 of the
-    key, null keys round-robin from ``round_robin_start``); without it, it is left null for the
-    producer's partitioner. Returns the batch and the next round-robin counter.
+    milliseconds. Keys, values and header values are then serialized by ``converters`` (the
+    byte-array ones leave the columns as they are; the others run per value). With
+    ``num_partitions`` the Kafka partition is set explicitly (murmur2 of the serialized key, as
+    the producer hashes it; null keys round-robin from ``round_robin_start``); without it, it
+    is left null for the producer's partitioner. Returns the batch and the next round-robin counter.
     """
     import numpy as np
     import pyarrow.compute as pc
@@ -728,12 +818,17 @@ def kafka_outbox_batch(
     n = len(cols["key"])
     key = cols["key"]
     key = pc.if_else(pc.equal(pc.binary_length(key), 0), pa.scalar(None, pa.binary()), key)
+    if not converters.raw_keys:
+        key = pa.array([converters.key(k) for k in key.to_pylist()], pa.binary())
+    value = cols["data"]
+    if not converters.raw_values:
+        value = pa.array([converters.value(v) for v in value.to_pylist()], pa.binary())
     # event time, else publish time, floored to whole ms (Timestamps.toMillis rounds down)
     us = pc.coalesce(cols["event_time"], cols["publish_time"]).cast(pa.int64())
     ms = np.floor_divide(np.asarray(us.to_numpy(zero_copy_only=False), dtype=np.int64), 1000)
     timestamp = pa.array(ms * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
 
-    headers = _headers_from_attributes(cols["attributes"], n, np)
+    headers = _headers_from_attributes(cols["attributes"], n, np, converters)
 
     partition: Any
     counter = round_robin_start
@@ -746,7 +841,7 @@ def kafka_outbox_batch(
     schema = _schemas()[2]
     arrays = [
         key,
-        cols["data"],
+        value,
         headers,
         partition,
         timestamp,
@@ -764,7 +859,7 @@ def _columns(data: pa.RecordBatch | pa.Table) -> dict[str, Any]:
     return {name: data.column(name) for name in data.schema.names}
 
 
-def _headers_from_attributes(attributes: Any, n: int, np: Any) -> Any:
+def _headers_from_attributes(attributes: Any, n: int, np: Any, converters: LiteSourceConverters) -> Any:
     """``map<string, list<binary>>`` → ``list<struct<key, value>>`` with one entry per value."""
     pa = _pa()
     header_type = _schemas()[2].field("headers").type
@@ -782,6 +877,8 @@ def _headers_from_attributes(attributes: Any, n: int, np: Any) -> Any:
     per_entry = np.diff(value_offsets)
     header_names = names.take(pa.array(np.repeat(np.arange(len(names)), per_entry)))
     header_values = value_lists.flatten()
+    if not converters.raw_headers:
+        header_values = pa.array([converters.header(v) for v in header_values.to_pylist()], pa.binary())
     row_offsets = value_offsets[entry_offsets].astype(np.int32)
     structs = pa.StructArray.from_arrays([header_names, header_values], fields=list(header_type.value_type))
     return pa.ListArray.from_arrays(pa.array(row_offsets, pa.int32()), structs, type=header_type)

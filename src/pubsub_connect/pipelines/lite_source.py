@@ -10,8 +10,10 @@
    Google's tools and a fresh checkpoint start from) never pass what is durable.
 2. ``convert`` — bronze → ``outbox/<name>``: Google's message → record mapping
    (``model.lite``: empty key → null, attributes → repeated bytes headers, event time else
-   publish time) with an explicit Kafka partition: same non-empty key → same partition (Kafka's
-   murmur2), null keys round-robin, continuing across batches. The mapping is total (every Lite
+   publish time), serialized like Connect's worker does (``key.converter``, ``value.converter``,
+   ``header.converter``: Base64 header text by default), with an explicit Kafka partition: same
+   serialized key → same partition (Kafka's murmur2), null keys round-robin, continuing across
+   batches. The mapping is total (every Lite
    message is a valid Kafka record), so no dead-letter table is involved.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch with a marker
    that makes a replayed batch a no-op (``io.kafka_txn``): exactly once for ``read_committed``
@@ -36,7 +38,12 @@ from pubsub_connect.io.librdkafka import with_client_logger
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
-from pubsub_connect.model.lite import kafka_outbox_batch
+from pubsub_connect.model.lite import (
+    DEFAULT_SOURCE_CONVERTERS,
+    LiteSourceConverters,
+    UnsupportedLiteSourceConverter,
+    kafka_outbox_batch,
+)
 from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
 from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.kafka_produce import produce_stage
@@ -145,6 +152,7 @@ class OutboxPartition:
 
     num_partitions: int
     round_robin_start: int
+    converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         counter = self.round_robin_start
@@ -152,14 +160,33 @@ class OutboxPartition:
         for chunk in batches:
             if chunk.num_rows == 0:
                 continue
-            out, counter = kafka_outbox_batch(chunk, num_partitions=self.num_partitions, round_robin_start=counter)
+            out, counter = kafka_outbox_batch(chunk, num_partitions=self.num_partitions, round_robin_start=counter,
+                                              converters=self.converters)
             yield pa.Table.from_batches([out]).cast(schema).to_batches()[0]
 
 
-def to_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: int) -> DataFrame:
+def to_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: int,
+              converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS) -> DataFrame:
     """Bronze rows → Kafka outbox rows (``LITE_KAFKA_OUTBOX``), computed in one executor task."""
     ordered = bronze_rows.select(*_MESSAGE_COLUMNS).repartition(1).sortWithinPartitions("partition", "offset")
-    return ordered.mapInArrow(OutboxPartition(num_partitions, round_robin_start), LITE_KAFKA_OUTBOX)
+    return ordered.mapInArrow(OutboxPartition(num_partitions, round_robin_start, converters), LITE_KAFKA_OUTBOX)
+
+
+def source_converters(config: ConnectorConfig) -> LiteSourceConverters:
+    """The connector's ``key.converter``, ``value.converter`` and ``header.converter``, checked:
+    one that cannot serialize Lite's bytes stops the connector at start-up, not per record."""
+    converters = LiteSourceConverters(
+        key_converter=str(config.get("key.converter")),
+        key_schemas_enable=bool(config.get("key.converter.schemas.enable")),
+        value_converter=str(config.get("value.converter")),
+        value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
+        header_converter=str(config.get("header.converter")),
+    )
+    try:
+        converters.check()
+    except UnsupportedLiteSourceConverter as exc:
+        raise ConnectorError(f"{config.name}: {exc}") from None
+    return converters
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
@@ -167,6 +194,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(bronze, LITE_BRONZE)
     ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
     topic = str(config.get("kafka.topic"))
+    converters = source_converters(config)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()  # read once: for the emptiness check and the conversion
@@ -174,7 +202,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             if batch.isEmpty():
                 return
             # the outbox size as round-robin start: deterministic when this batch is replayed
-            out = to_outbox(batch, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox))
+            out = to_outbox(batch, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox), converters)
             ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             batch.unpersist()
