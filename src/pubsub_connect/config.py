@@ -228,8 +228,7 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 CONVERTERS = KNOWN_CONVERTERS
 #: Connect's default ``header.converter``.
 SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
-#: Header converters accepted: header values become attribute text (or Kafka header bytes) the
-#: same way under each, as their UTF-8 text (see the README's divergence table).
+#: Header converters accepted (what each means per connector: the key's doc and the README).
 HEADER_CONVERTERS = (SIMPLE_HEADER_CONVERTER, "org.apache.kafka.connect.storage.StringConverter",
                      "org.apache.kafka.connect.converters.ByteArrayConverter")
 
@@ -240,8 +239,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     _k("tasks.max", "int", 1, "Parallelism: Spark partitions for convert/publish, pullers for sources.", min=1),
     _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=CONVERTERS),
     _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=CONVERTERS),
-    _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers (values are "
-       "carried as their UTF-8 text under each).", choices=HEADER_CONVERTERS),
+    _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers. Pub/Sub sink: header "
+       "values become attributes as their UTF-8 text under each. Lite source: SimpleHeaderConverter writes "
+       "Base64 text of the attribute bytes (as Connect does), ByteArrayConverter the bytes.",
+       choices=HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", True, "JsonConverter: keys use the schema envelope."),
     _k("value.converter.schemas.enable", "boolean", True, "JsonConverter: values use the schema envelope."),
     _k("errors.tolerance", "enum", "none", "none: stop at the first bad record; all: dead-letter it.",
@@ -339,10 +340,6 @@ LITE_SOURCE_KEYS: tuple[Key, ...] = (
     _k("pubsublite.partition_flow_control.messages", "long", LONG_MAX, "Outstanding messages per partition.",
        min=1),
     _k("pubsublite.partition_flow_control.bytes", "long", 20_000_000, "Outstanding bytes per partition.", min=1),
-    _k("header.converter", "enum", "org.apache.kafka.connect.storage.SimpleHeaderConverter",
-       "Kafka header values: SimpleHeaderConverter (Connect's default) writes Base64 text, ByteArrayConverter "
-       "the attribute bytes.",
-       choices=("org.apache.kafka.connect.storage.SimpleHeaderConverter", BYTE_ARRAY_CONVERTER)),
     *GCP_CREDENTIAL_KEYS,
 )
 
