@@ -135,19 +135,19 @@ def json_schema_records() -> list[Rec]:
     values: list[bytes] = [
         envelope("int8", -128), envelope("int8", 127), envelope("int16", -32768), envelope("int16", 513),
         envelope("int32", -2147483648), envelope("int32", 65537), envelope("int64", -9223372036854775808),
-        envelope("int64", 1234567890123), envelope("float32", 1.5), envelope("float32", -0.0),
-        envelope("float32", 3.4028234663852886e38), envelope("float64", math.pi), envelope("float64", 1e300),
-        envelope("float64", -2.5e-300), envelope("boolean", True), envelope("boolean", False),
+        envelope("int64", 1234567890123), envelope("float", 1.5), envelope("float", -0.0),
+        envelope("float", 3.4028234663852886e38), envelope("double", math.pi), envelope("double", 1e300),
+        envelope("double", -2.5e-300), envelope("boolean", True), envelope("boolean", False),
         envelope("string", "text ✓"), envelope("string", ""), envelope("bytes", b64(b"\x00\x01\xfe\xff")),
         envelope("bytes", b64(b"")),
     ]
-    for type_name in ("int8", "int16", "int32", "int64", "float32", "float64", "boolean", "string", "bytes"):
+    for type_name in ("int8", "int16", "int32", "int64", "float", "double", "boolean", "string", "bytes"):
         values.append(envelope(opt(type_name), None))
     values.append(envelope(opt("string"), "optional present"))
     values.append(envelope(opt("int32"), 7))
     primitives = struct_schema(
         ("i8", req("int8")), ("i16", req("int16")), ("i32", req("int32")), ("i64", req("int64")),
-        ("f32", req("float32")), ("f64", req("float64")), ("b", req("boolean")), ("s", req("string")),
+        ("f32", req("float")), ("f64", req("double")), ("b", req("boolean")), ("s", req("string")),
         ("o", opt("string")), ("on", opt("int64")))
     values.append(envelope(primitives, {"i8": 1, "i16": -2, "i32": 3, "i64": 40000000000, "f32": 0.1,
                                         "f64": 1e-5, "b": True, "s": "ü", "o": "present", "on": None}))
@@ -168,14 +168,14 @@ def json_schema_records() -> list[Rec]:
     values.append(envelope(string_map, {}))
     int_values = {"type": "map", "optional": False, "keys": req("string"), "values": req("int64")}
     values.append(envelope(int_values, {"n": 12, "m": -1}))
-    float_values = {"type": "map", "optional": False, "keys": req("string"), "values": req("float64")}
+    float_values = {"type": "map", "optional": False, "keys": req("string"), "values": req("double")}
     values.append(envelope(float_values, {"x": 0.5, "y": 1e21, "z": 100.0}))
     bool_map = {"type": "map", "optional": False, "keys": req("string"), "values": req("boolean")}
     values.append(envelope(bool_map, {"yes": True, "no": False}))
     int_keys = {"type": "map", "optional": False, "keys": req("int32"), "values": req("string")}
     values.append(envelope(int_keys, [[1, "one"], [-2, "minus two"]]))
     records = [Rec(v, key=key) for v in values]
-    keys = [envelope("int32", 5), envelope("int64", -1), envelope("boolean", True), envelope("float64", 0.25),
+    keys = [envelope("int32", 5), envelope("int64", -1), envelope("boolean", True), envelope("double", 0.25),
             envelope(opt("string"), None), envelope("string", "ключ"), envelope("string", "")]
     records.extend(Rec(envelope("string", f"keyed {i}"), key=k) for i, k in enumerate(keys))
     return records

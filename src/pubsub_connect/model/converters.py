@@ -649,7 +649,7 @@ def _convert(node: _SchemaNode, payload: Any, path: str) -> Any:
     if t.is_float:
         if isinstance(payload, bool) or not isinstance(payload, (int, float)):
             raise ConverterError(f"JsonConverter: {where}: expected {t.value}, got {_json_kind(payload)}")
-        number = float(payload)
+        number = _json_number(float(payload))
         if t is Type.FLOAT32:
             number = to_float32(number)
         if math.isinf(number):
@@ -713,10 +713,16 @@ def _schemaless(doc: Any, path: str) -> Any:
     if isinstance(doc, float):
         if math.isinf(doc):
             raise ConverterError(f"JsonConverter: {path or 'value'}: number is out of range for double")
-        return doc
+        return _json_number(doc)
     if isinstance(doc, list):
         return [_schemaless(item, f"{path}[{i}]") for i, item in enumerate(doc)]
     return {k: _schemaless(v, f"{path}.{k}" if path else k) for k, v in doc.items()}
+
+
+def _json_number(number: float) -> float:
+    """A JSON number as Connect's JsonConverter reads it: through ``BigDecimal`` (its Jackson
+    mapper uses ``USE_BIG_DECIMAL_FOR_FLOATS``), which has no negative zero: ``-0.0`` is ``0.0``."""
+    return 0.0 if number == 0.0 else number
 
 
 def _json_kind(payload: Any) -> str:
