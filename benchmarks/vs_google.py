@@ -61,6 +61,7 @@ from _common import (
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import services as svc
+from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.pipelines import cps_sink, cps_source
 from pubsub_connect.pipelines.base import PipelineContext
 from pubsub_connect.pipelines.runtime import build_context
@@ -339,6 +340,8 @@ class Bench:
                             "kafka.topic": "source-ours", "cps.useEmulator": "true"},
                            self.worker_settings(min(n, 20_000)))
         ours = self.ours_run(run, cps_source.STAGES)
+        # Deliveries, not messages: a message whose lease ran out is pulled again (and dropped later).
+        ours["pulled"] = self.context(run).store.row_count(TableRef(BRONZE, "ours-source"))
         for side, figures in (("google", google), ("ours", ours)):
             figures["duplicates"] = check_complete(f"source, {side}", kafka_seqs(self.bootstrap, f"source-{side}"), n)
         return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
@@ -357,6 +360,7 @@ def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
         ("  loopback fronts (this process)", f"{google['fronts_cpu_s']:,.1f} s CPU"),
         ("ours end-to-end", f"{ours_rate:,.0f} msg/s ({ours['seconds']:,.1f} s; {ours['duplicates']:,} duplicates)"),
         *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in ours["stage_seconds"].items()],
+        *([("  deliveries pulled", f"{ours['pulled']:,} for {n:,} messages")] if "pulled" in ours else []),
         ("  CPU (Spark JVM + workers + driver)", f"{ours['cpu_s']:,.1f} s, {n / ours['cpu_s']:,.0f} msg per CPU-s"),
         ("ratio ours/Google's", f"{result['ratio']:.2f} (per CPU-second: {result['ratio_per_cpu_s']:.2f})"),
     ]
@@ -398,7 +402,10 @@ def main() -> None:
                     for direction in ("sink", "source"):
                         if args.direction in (direction, "both"):
                             results[direction] = getattr(bench, direction)()
-                            rows += rows_for(direction, results[direction])
+                            direction_rows = rows_for(direction, results[direction])
+                            rows += direction_rows
+                            # as soon as it is known: the other direction may take long or fail
+                            print(table(direction_rows) + "\n", flush=True)
                 finally:
                     if bench.ctx is not None:
                         bench.ctx.spark.stop()
