@@ -68,9 +68,9 @@ BENCHMARKS = (
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
     Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
-    # Google's connector in Kafka Connect and ours, both directions (the source at 100k is minutes
-    # for ours: the emulator's streaming pull).
-    Benchmark("vs_google", ("--records", "50000"), ("--records", "100000")),
+    # Google's connector in Kafka Connect and ours, both directions; the source at cps_source's sizes.
+    Benchmark("vs_google", ("--records", "50000", "--source-records", "20000"),
+              ("--records", "100000", "--source-records", "100000")),
     # The same end-to-end runs on the fallback engine, for the side-by-side figures.
     Benchmark("cps_sink-fallback", ("--records", "100000"), ("--records", "1000000"), fallback=True),
     Benchmark("cps_source-fallback", ("--records", "20000"), ("--records", "100000"), fallback=True),

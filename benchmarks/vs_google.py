@@ -1,7 +1,7 @@
 """This project's Cloud Pub/Sub connectors vs. Google's, on the same records, broker and emulator.
 
-    .venv/bin/python benchmarks/vs_google.py [--records 50000] [--source-records N] [--size 1024]
-                                             [--direction both|sink|source] [--tasks 2]
+    .venv/bin/python benchmarks/vs_google.py [--records 50000] [--source-records 20000] [--size 1024]
+                                             [--direction both|sink|source] [--tasks 2] [--source-tasks 1]
 
 The reference is Google's Pub/Sub Group Kafka Connector 1.3.3, unmodified, in a Kafka Connect
 3.9.1 standalone worker: the harness of the differential tests (``tests/reference``), which
@@ -20,25 +20,26 @@ stages one after the other (``--once``) in a Spark session already up.
   ``offset.flush.interval.ms`` = 1 s, which can only make Google's figure lower). Ours is timed
   from the first stage's start to the end of the publish stage, which ends once every publish
   is acknowledged.
-- **source** (Pub/Sub → Kafka): N messages published once to a topic with two subscriptions;
-  Google's ``CloudPubSubSourceConnector`` writes one to Kafka topic A, ours the other to topic
-  B, same keys on both (streaming pull, ``kafka.partition.count``, converters). Google's run is
-  timed from creating the connector until topic A's end offsets add up to N; ours from the first
+- **source** (Pub/Sub → Kafka): M messages (``--source-records``) published once to a topic
+  with two subscriptions; Google's ``CloudPubSubSourceConnector`` writes one to Kafka topic A,
+  ours the other to topic B, same keys on both (streaming pull, ``kafka.partition.count``, converters). Google's run is
+  timed from creating the connector until topic A's end offsets add up to M; ours from the first
   stage's start to the end of the produce stage.
 
-Afterwards (untimed) each side's output is read back: every sequence id 0..N-1 must be there,
-or the run fails instead of printing a rate. Connect worker and Spark session start-up are
-excluded from every figure; a connector's own start (Connect: created → tasks ``RUNNING``;
-ours: each stage's query start) is included. CPU seconds per side are read from ``/proc``:
-Google's = the Connect JVM; ours = the Spark JVM with its Python workers plus this process
-(the driver). The loopback fronts run in this process and cost CPU during Google's runs only;
-that is reported on its own line.
+Afterwards (untimed) each side's output is read back: every sequence id must be there (the
+duplicates are counted and shown), or the run fails instead of printing a rate. Connect worker
+and Spark session start-up are excluded from every figure; a connector's own start (Connect:
+created → tasks ``RUNNING``; ours: each stage's query start) is included. CPU seconds per side
+are read from ``/proc``: Google's = the Connect JVM; ours = the Spark JVM with its Python
+workers plus this process (the driver). The loopback fronts run in this process and cost CPU
+during Google's runs only; that is reported on its own line.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import tempfile
 import time
@@ -313,7 +314,7 @@ class Bench:
         return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
 
     def source(self) -> dict[str, Any]:
-        args, n = self.args, self.args.source_records or self.args.records
+        args, n = self.args, self.args.source_records
         topic = self.publisher.topic_path(PROJECT, "source")
         self.publisher.create_topic(request={"name": topic})
         subscriptions = {side: self.create_subscription(topic, f"source-{side}") for side in ("google", "ours")}
@@ -354,6 +355,7 @@ def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
                    "ratio_per_cpu_s": (n / ours["cpu_s"]) / (n / google["cpu_s"]) if ours["cpu_s"] else 0.0})
     return [
         (f"[{direction}] messages x size", f"{n:,} x {result['size']} B, tasks.max={result['settings']['tasks.max']}"),
+        ("  1-min load average at start", f"{result['load_average_before'][0]:.1f}"),
         ("Google's connector", f"{google_rate:,.0f} msg/s ({google['seconds']:,.1f} s, of which created → RUNNING "
                                f"{google['to_running_s']:,.1f} s; {google['duplicates']:,} duplicates)"),
         ("  CPU (Connect JVM)", f"{google['cpu_s']:,.1f} s, {n / google['cpu_s']:,.0f} msg per CPU-s"),
@@ -368,8 +370,9 @@ def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--records", type=int, default=50_000, help="sink records (and source messages)")
-    parser.add_argument("--source-records", type=int, default=0, help="source messages, if not --records")
+    parser.add_argument("--records", type=int, default=50_000, help="sink records")
+    parser.add_argument("--source-records", type=int, default=20_000,
+                        help="source messages (the emulator's streaming pull is slow: see cps_source.py)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--direction", choices=("both", "sink", "source"), default="both")
     parser.add_argument("--tasks", type=int, default=2, help="the sinks' tasks.max")
@@ -401,7 +404,8 @@ def main() -> None:
                 try:
                     for direction in ("sink", "source"):
                         if args.direction in (direction, "both"):
-                            results[direction] = getattr(bench, direction)()
+                            load = os.getloadavg()  # figures are only comparable at a similar load
+                            results[direction] = {**getattr(bench, direction)(), "load_average_before": load}
                             direction_rows = rows_for(direction, results[direction])
                             rows += direction_rows
                             # as soon as it is known: the other direction may take long or fail
