@@ -142,3 +142,33 @@ def timed_stages(ctx: Any, connector: Any, stages: Any) -> tuple[float, dict[str
         run_stages(ctx, connector, [stage])
         per_stage[stage.name] = time.perf_counter() - t
     return time.perf_counter() - started, per_stage
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(root_pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of ``root_pid`` and each of its descendants, from ``/proc``."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
+    tree, todo = {root_pid}, [root_pid]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, _) in stats.items():
+            if ppid == parent and pid not in tree:
+                tree.add(pid)
+                todo.append(pid)
+    return {pid: stats[pid][1] for pid in tree if pid in stats}
+
+
+def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU used between two snapshots (processes started in between count from zero)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())

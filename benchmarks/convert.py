@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from _common import table, write_results
+from _common import cpu_delta, table, tree_cpu_seconds, write_results
 
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
 from pubsub_connect.model.cps_sink import CpsSinkSettings, KafkaRecord, record_to_message, to_outbox
@@ -95,36 +94,6 @@ def bronze(spark: Any, scenario: Scenario, n: int, partitions: int) -> Any:
         F.lit(0).alias("timestampType"),
         F.lit(None).cast(KAFKA_HEADERS).alias("headers"),
     )
-
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(root_pid: int) -> dict[int, float]:
-    """CPU seconds (user + system) of ``root_pid`` and each of its descendants, from ``/proc``."""
-    stats: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
-    tree, todo = {root_pid}, [root_pid]
-    while todo:
-        parent = todo.pop()
-        for pid, (ppid, _) in stats.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                todo.append(pid)
-    return {pid: stats[pid][1] for pid in tree if pid in stats}
-
-
-def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
-    """CPU used between two snapshots (processes started in between count from zero)."""
-    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def time_write(df: Any, jvm_pid: int) -> tuple[float, float]:

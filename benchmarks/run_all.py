@@ -12,8 +12,9 @@ and drawn in ``benchmarks/results/summary.png`` when matplotlib is installed. ``
 some benchmarks and updates their entries in the existing summary.
 
 ``--full`` uses the full sizes (100k-record sink runs, larger conversion and latency runs);
-the default sizes took about 13 minutes on 2 idle cores. ``cps_sink-fallback``,
-``cps_source-fallback`` and ``lite-fallback`` run the same scripts with ``--engine fallback``, so
+the default sizes took about 13 minutes on 2 idle cores before ``vs_google`` (Google's connector
+against ours: a few minutes more per engine). ``cps_sink-fallback``, ``cps_source-fallback``,
+``lite-fallback`` and ``vs_google-fallback`` run the same scripts with ``--engine fallback``, so
 the end-to-end figures of both engines come from one run.
 """
 
@@ -68,10 +69,15 @@ BENCHMARKS = (
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
     Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
+    # Google's connector in Kafka Connect and ours, both directions; the source at cps_source's sizes.
+    Benchmark("vs_google", ("--records", "50000", "--source-records", "20000"),
+              ("--records", "100000", "--source-records", "100000")),
     # The same end-to-end runs on the fallback engine, for the side-by-side figures.
     Benchmark("cps_sink-fallback", ("--records", "100000"), ("--records", "1000000"), fallback=True),
     Benchmark("cps_source-fallback", ("--records", "20000"), ("--records", "100000"), fallback=True),
     Benchmark("lite-fallback", ("--records", "100000"), ("--records", "1000000"), fallback=True),
+    Benchmark("vs_google-fallback", ("--records", "50000", "--source-records", "20000"),
+              ("--records", "100000", "--source-records", "100000"), fallback=True),
 )
 
 
@@ -136,6 +142,10 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
         out.append(("source e2e / slower bare client", results["ratio"], "ratio"))
     elif name == "archive" and "ratio" in results:
         out.append(("archive e2e / slower bare client", results["ratio"], "ratio"))
+    elif name == "vs_google":
+        for direction in ("sink", "source"):
+            if "ratio" in results.get(direction, {}):
+                out.append((f"{direction}: ours / Google's connector", results[direction]["ratio"], "ratio"))
     elif name == "lite":
         for direction in ("sink", "source"):
             if f"{direction}_ratio" in results:

@@ -1,0 +1,428 @@
+"""This project's Cloud Pub/Sub connectors vs. Google's, on the same records, broker and emulator.
+
+    .venv/bin/python benchmarks/vs_google.py [--records 50000] [--source-records 20000] [--size 1024]
+                                             [--direction both|sink|source] [--tasks 2] [--source-tasks 1]
+
+The reference is Google's Pub/Sub Group Kafka Connector 1.3.3, unmodified, in a Kafka Connect
+3.9.1 standalone worker: the harness of the differential tests (``tests/reference``), which
+reaches the emulator through loopback fronts (TLS front, CONNECT proxy, token endpoint; the Java
+client speaks only TLS to Google's endpoint). Ours runs as the other benchmarks run it: its
+stages one after the other (``--once``) in a Spark session already up.
+
+- **sink** (Kafka → Pub/Sub): N records of SIZE bytes in one Kafka topic (3 partitions) are read
+  by Google's ``CloudPubSubSinkConnector`` into one Pub/Sub topic and by our sink into another,
+  with the same ``tasks.max``, converters and batching keys (``maxBufferSize``,
+  ``maxBufferBytes``, ``maxDelayThresholdMs``, ``maxOutstandingMessages``,
+  ``maxOutstandingRequestBytes``). Google's run is timed from creating the connector until
+  Connect has committed the offsets of all N records: Connect commits a sink task's offsets
+  only after the task's ``flush`` has waited for every publish of them to be acknowledged, so
+  that is the moment all N are in the topic (seen within one commit interval,
+  ``offset.flush.interval.ms`` = 1 s, which can only make Google's figure lower). Ours is timed
+  from the first stage's start to the end of the publish stage, which ends once every publish
+  is acknowledged.
+- **source** (Pub/Sub → Kafka): M messages (``--source-records``) published once to a topic
+  with two subscriptions; Google's ``CloudPubSubSourceConnector`` writes one to Kafka topic A,
+  ours the other to topic B, same keys on both (streaming pull, ``kafka.partition.count``, converters). Google's run is
+  timed from creating the connector until topic A's end offsets add up to M; ours from the first
+  stage's start to the end of the produce stage.
+
+Afterwards (untimed) each side's output is read back: every sequence id must be there (the
+duplicates are counted and shown), or the run fails instead of printing a rate. Connect worker
+and Spark session start-up are excluded from every figure; a connector's own start (Connect:
+created → tasks ``RUNNING``; ours: each stage's query start) is included. CPU seconds per side
+are read from ``/proc``: Google's = the Connect JVM; ours = the Spark JVM with its Python
+workers plus this process (the driver). The loopback fronts run in this process and cost CPU
+during Google's runs only; that is reported on its own line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    ENGINES,
+    add_engine_argument,
+    cpu_delta,
+    payload,
+    produce,
+    results_name,
+    table,
+    timed_stages,
+    tree_cpu_seconds,
+    write_results,
+)
+
+from pubsub_connect import config as cfg
+from pubsub_connect.io import services as svc
+from pubsub_connect.io.tables import BRONZE, TableRef
+from pubsub_connect.pipelines import cps_sink, cps_source
+from pubsub_connect.pipelines.base import PipelineContext
+from pubsub_connect.pipelines.runtime import build_context
+
+#: The reference harness lives with the differential tests that use it; its modules import each
+#: other as top-level packages of ``tests/`` (pytest's rootdir layout), so that directory goes
+#: on the path, as pytest puts it.
+TESTS_DIR = Path(__file__).resolve().parent.parent / "tests"
+sys.path.insert(0, str(TESTS_DIR))
+
+from integration.kafka_tls import make_server_tls  # noqa: E402
+from reference.connect import (  # noqa: E402
+    CONNECT_VERSION,
+    GOOGLE_CONNECTOR_VERSION,
+    SINK_CONNECTOR_CLASS,
+    SOURCE_CONNECTOR_CLASS,
+    ConnectStandalone,
+)
+from reference.fronts import (  # noqa: E402
+    FRONT_DNS_NAMES,
+    FRONT_IP_ADDRESSES,
+    GoogleApiFronts,
+    write_fake_service_account,
+)
+
+PROJECT = "bench-project"
+PARTITIONS = 3
+BYTES_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
+STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
+#: How often the end of a reference run is looked for (committed offsets, end offsets).
+POLL_S = 0.1
+#: How long one side may take before the run is declared failed.
+RUN_TIMEOUT_S = 1800.0
+
+
+def seq_of(value: bytes) -> int:
+    """The sequence id a :func:`_common.payload` body starts with."""
+    return int(value[:12])
+
+
+class Cpu:
+    """CPU seconds of the processes a side runs in, between :meth:`start` and :meth:`stop`."""
+
+    def __init__(self, jvm_pid: int, include_self: bool):
+        self.jvm_pid = jvm_pid
+        self.include_self = include_self
+        self.seconds = 0.0
+
+    def start(self) -> Cpu:
+        self._tree = tree_cpu_seconds(self.jvm_pid)
+        self._self = time.process_time()
+        return self
+
+    def stop(self) -> float:
+        self.seconds = cpu_delta(self._tree, tree_cpu_seconds(self.jvm_pid))
+        if self.include_self:
+            self.seconds += time.process_time() - self._self
+        return self.seconds
+
+
+def wait_until(done: Callable[[], bool], check: Callable[[], None], what: str) -> None:
+    """Poll ``done`` until it holds; ``check`` raises when waiting is pointless (a failed task)."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    polls = 0
+    while not done():
+        polls += 1
+        if polls % 10 == 0:  # a REST call each second, not each poll
+            check()
+        if time.monotonic() > deadline:
+            raise svc.ServiceError(f"{what} did not finish within {RUN_TIMEOUT_S:.0f} s")
+        time.sleep(POLL_S)
+
+
+def committed_total(bootstrap: str, group: str, topic: str) -> Callable[[], int]:
+    """Records of ``topic`` whose offsets ``group`` has committed (a read of the group's offsets,
+    without joining it)."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    partitions = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+
+    def total() -> int:
+        try:
+            committed = consumer.committed(partitions, timeout=10)
+        except KafkaException as exc:  # the group's coordinator still loading or moving: ask again
+            if exc.args[0].retriable() or exc.args[0].code() == KafkaError.NOT_COORDINATOR:
+                return 0
+            raise
+        return sum(max(tp.offset, 0) for tp in committed)
+
+    return total
+
+
+def end_offsets_total(bootstrap: str, topic: str) -> Callable[[], int]:
+    """The sum of ``topic``'s end offsets: its record count while nothing writes transactionally."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-offsets-{time.time_ns()}"})
+
+    def total() -> int:
+        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+                   for p in range(PARTITIONS))
+
+    return total
+
+
+def kafka_seqs(bootstrap: str, topic: str) -> collections.Counter[int]:
+    """Every committed record of ``topic`` by sequence id, read to the end of each partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-check-{time.time_ns()}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "fetch.max.bytes": 52_428_800})
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
+            for p in range(PARTITIONS)}
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen: collections.Counter[int] = collections.Counter()
+    deadline = time.monotonic() + 600
+    while True:
+        # Transaction markers take offsets too: done when every partition's position is at its end.
+        positions = {tp.partition: tp.offset for tp in consumer.position(
+            [TopicPartition(topic, p) for p in range(PARTITIONS)])}
+        if all(positions[p] >= end for p, end in ends.items()):
+            break
+        if time.monotonic() > deadline:
+            raise svc.ServiceError(f"reading {topic} back: at {positions}, ends {ends}")
+        for message in consumer.consume(10_000, timeout=1.0):
+            if message.error() is None:
+                seen[seq_of(message.value())] += 1
+    consumer.close()
+    return seen
+
+
+def pubsub_seqs(subscription: str, count: int) -> collections.Counter[int]:
+    """Pull (and ack) ``subscription`` until ``count`` distinct sequence ids arrived."""
+    from google.api_core import exceptions as gexc
+    from google.cloud import pubsub_v1
+
+    client = pubsub_v1.SubscriberClient()
+    seen: collections.Counter[int] = collections.Counter()
+    deadline = time.monotonic() + 600
+    while len(seen) < count:
+        if time.monotonic() > deadline:
+            raise svc.ServiceError(f"reading {subscription} back: {len(seen):,} of {count:,} ids arrived")
+        try:
+            response = client.pull(request={"subscription": subscription, "max_messages": 1000}, timeout=10)
+        except gexc.DeadlineExceeded:
+            continue
+        if response.received_messages:
+            client.acknowledge(request={"subscription": subscription,
+                                        "ack_ids": [m.ack_id for m in response.received_messages]})
+        for message in response.received_messages:
+            seen[seq_of(message.message.data)] += 1
+    client.close()
+    return seen
+
+
+def check_complete(what: str, seen: collections.Counter[int], n: int) -> int:
+    """Fail unless every id 0..n-1 arrived (and nothing else); returns the duplicates seen."""
+    missing = n - len(set(seen) & set(range(n)))
+    unexpected = len(set(seen) - set(range(n)))
+    if missing or unexpected:
+        raise svc.ServiceError(f"{what}: {missing:,} of {n:,} ids missing, {unexpected:,} unexpected")
+    return sum(seen.values()) - n
+
+
+class Bench:
+    """Services, the reference worker and our Spark session, shared by both directions."""
+
+    def __init__(self, args: argparse.Namespace, root: Path, bootstrap: str, worker: ConnectStandalone,
+                 fronts: GoogleApiFronts):
+        from google.cloud import pubsub_v1
+
+        self.args = args
+        self.root = root
+        self.bootstrap = bootstrap
+        self.worker = worker
+        self.fronts = fronts
+        self.publisher = pubsub_v1.PublisherClient()
+        self.subscriber = pubsub_v1.SubscriberClient()
+        self.ctx: PipelineContext | None = None
+        self.spark_pid = 0
+        self.session_s = 0.0
+
+    def context(self, run: cfg.RunConfig) -> PipelineContext:
+        """A context for ``run``'s worker config on the one Spark session (started on first use)."""
+        if self.ctx is None:
+            started = time.perf_counter()
+            self.ctx = build_context(run.worker, once=True, progress=lambda _line: None)
+            self.session_s = time.perf_counter() - started
+            self.spark_pid = int(self.ctx.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+            return self.ctx
+        return PipelineContext(self.ctx.spark, run.worker, self.ctx.caps, self.ctx.store, once=True,
+                               progress=lambda _line: None)
+
+    def worker_settings(self, max_records: int) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap, "storage.root": str(self.root / "data"),
+                **ENGINES[self.args.engine], "pipeline.max.records.per.batch": str(max_records)}
+
+    def create_subscription(self, topic: str, name: str) -> str:
+        path = self.subscriber.subscription_path(PROJECT, name)
+        self.subscriber.create_subscription(request={"name": path, "topic": topic, "ack_deadline_seconds": 60})
+        return path
+
+    def google_run(self, name: str, connector_class: str, settings: dict[str, str],
+                   done: Callable[[], bool]) -> dict[str, float]:
+        """Create Google's connector, wait until ``done``; seconds to RUNNING and to done, CPU."""
+        cpu = Cpu(self.worker.pid, include_self=False).start()
+        fronts_cpu = time.process_time()
+        started = time.perf_counter()
+        with self.worker.running(name, connector_class, settings):
+            running_s = time.perf_counter() - started
+            wait_until(done, lambda: self.worker.raise_if_failed(name), f"Google's {name}")
+            total_s = time.perf_counter() - started
+            cpu.stop()
+            fronts_s = time.process_time() - fronts_cpu
+        return {"seconds": total_s, "to_running_s": running_s, "cpu_s": cpu.seconds, "fronts_cpu_s": fronts_s}
+
+    def ours_run(self, run: cfg.RunConfig, stages: Any) -> dict[str, Any]:
+        ctx = self.context(run)
+        cpu = Cpu(self.spark_pid, include_self=True).start()
+        total_s, stage_s = timed_stages(ctx, run.connectors[0], stages)
+        cpu.stop()
+        return {"seconds": total_s, "stage_seconds": stage_s, "cpu_s": cpu.seconds}
+
+    def sink(self) -> dict[str, Any]:
+        args, n = self.args, self.args.records
+        produce(self.bootstrap, "bench", n, args.size, PARTITIONS)
+        subscriptions = {}
+        for side in ("google", "ours"):
+            topic = self.publisher.topic_path(PROJECT, f"sink-{side}")
+            self.publisher.create_topic(request={"name": topic})
+            subscriptions[side] = self.create_subscription(topic, f"sink-{side}")
+        settings = {"topics": "bench", "cps.project": PROJECT, "tasks.max": str(args.tasks),
+                    "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
+                    "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
+                    "maxDelayThresholdMs": str(args.max_delay_ms),
+                    "maxOutstandingMessages": str(args.max_outstanding_messages),
+                    "maxOutstandingRequestBytes": str(args.max_outstanding_bytes)}
+
+        committed = committed_total(self.bootstrap, "connect-google-sink", "bench")
+        google = self.google_run("google-sink", SINK_CONNECTOR_CLASS, {**settings, "cps.topic": "sink-google"},
+                                 lambda: committed() >= n)
+        run = cfg.load_raw({**settings, "name": "ours-sink", "connector.class": "cps-sink",
+                            "cps.topic": "sink-ours", "cps.useEmulator": "true"}, self.worker_settings(n))
+        ours = self.ours_run(run, cps_sink.STAGES)
+        for side, figures in (("google", google), ("ours", ours)):
+            figures["duplicates"] = check_complete(f"sink, {side}", pubsub_seqs(subscriptions[side], n), n)
+        return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
+
+    def source(self) -> dict[str, Any]:
+        args, n = self.args, self.args.source_records
+        topic = self.publisher.topic_path(PROJECT, "source")
+        self.publisher.create_topic(request={"name": topic})
+        subscriptions = {side: self.create_subscription(topic, f"source-{side}") for side in ("google", "ours")}
+        futures = [self.publisher.publish(topic, payload(args.size, seq)) for seq in range(n)]
+        for future in futures:
+            future.result(300)
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for kafka_topic in ("source-google", "source-ours"):
+            admin.create_topics([NewTopic(kafka_topic, PARTITIONS, 1)])[kafka_topic].result(30)
+        settings = {"cps.project": PROJECT, "tasks.max": str(args.source_tasks),
+                    "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
+                    "cps.streamingPull.enabled": "true", "kafka.partition.count": str(PARTITIONS),
+                    "kafka.record.headers": "true"}
+
+        end_offsets = end_offsets_total(self.bootstrap, "source-google")
+        google = self.google_run("google-source", SOURCE_CONNECTOR_CLASS,
+                                 {**settings, "cps.subscription": subscriptions["google"].rsplit("/", 1)[1],
+                                  "kafka.topic": "source-google"},
+                                 lambda: end_offsets() >= n)
+        run = cfg.load_raw({**settings, "name": "ours-source", "connector.class": "cps-source",
+                            "cps.subscription": subscriptions["ours"].rsplit("/", 1)[1],
+                            "kafka.topic": "source-ours", "cps.useEmulator": "true"},
+                           self.worker_settings(min(n, 20_000)))
+        ours = self.ours_run(run, cps_source.STAGES)
+        # Deliveries, not messages: a message whose lease ran out is pulled again (and dropped later).
+        ours["pulled"] = self.context(run).store.row_count(TableRef(BRONZE, "ours-source"))
+        for side, figures in (("google", google), ("ours", ours)):
+            figures["duplicates"] = check_complete(f"source, {side}", kafka_seqs(self.bootstrap, f"source-{side}"), n)
+        return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
+
+
+def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
+    n, google, ours = result["records"], result["google"], result["ours"]
+    google_rate, ours_rate = n / google["seconds"], n / ours["seconds"]
+    result.update({"google_msgs_per_s": google_rate, "ours_msgs_per_s": ours_rate, "ratio": ours_rate / google_rate,
+                   "ratio_per_cpu_s": (n / ours["cpu_s"]) / (n / google["cpu_s"]) if ours["cpu_s"] else 0.0})
+    return [
+        (f"[{direction}] messages x size", f"{n:,} x {result['size']} B, tasks.max={result['settings']['tasks.max']}"),
+        ("  1-min load average at start", f"{result['load_average_before'][0]:.1f}"),
+        ("Google's connector", f"{google_rate:,.0f} msg/s ({google['seconds']:,.1f} s, of which created → RUNNING "
+                               f"{google['to_running_s']:,.1f} s; {google['duplicates']:,} duplicates)"),
+        ("  CPU (Connect JVM)", f"{google['cpu_s']:,.1f} s, {n / google['cpu_s']:,.0f} msg per CPU-s"),
+        ("  loopback fronts (this process)", f"{google['fronts_cpu_s']:,.1f} s CPU"),
+        ("ours end-to-end", f"{ours_rate:,.0f} msg/s ({ours['seconds']:,.1f} s; {ours['duplicates']:,} duplicates)"),
+        *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in ours["stage_seconds"].items()],
+        *([("  deliveries pulled", f"{ours['pulled']:,} for {n:,} messages")] if "pulled" in ours else []),
+        ("  CPU (Spark JVM + workers + driver)", f"{ours['cpu_s']:,.1f} s, {n / ours['cpu_s']:,.0f} msg per CPU-s"),
+        ("ratio ours/Google's", f"{result['ratio']:.2f} (per CPU-second: {result['ratio_per_cpu_s']:.2f})"),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=50_000, help="sink records")
+    parser.add_argument("--source-records", type=int, default=20_000,
+                        help="source messages (the emulator's streaming pull is slow: see cps_source.py)")
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--direction", choices=("both", "sink", "source"), default="both")
+    parser.add_argument("--tasks", type=int, default=2, help="the sinks' tasks.max")
+    parser.add_argument("--source-tasks", type=int, default=1, help="the sources' tasks.max")
+    parser.add_argument("--max-buffer-size", type=int, default=100, help="maxBufferSize (both sinks)")
+    parser.add_argument("--max-buffer-bytes", type=int, default=9_500_000, help="maxBufferBytes (both sinks)")
+    parser.add_argument("--max-delay-ms", type=int, default=100, help="maxDelayThresholdMs (both sinks)")
+    parser.add_argument("--max-outstanding-messages", type=int, default=2**63 - 1,
+                        help="maxOutstandingMessages (both sinks)")
+    parser.add_argument("--max-outstanding-bytes", type=int, default=2**63 - 1,
+                        help="maxOutstandingRequestBytes (both sinks)")
+    add_engine_argument(parser)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-vs-google-"))
+    results: dict[str, Any] = {"engine": args.engine, "reference": f"Google's connector {GOOGLE_CONNECTOR_VERSION} "
+                               f"in Kafka Connect {CONNECT_VERSION} standalone"}
+    rows: list[tuple[str, str]] = []
+    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+        bootstrap = services.running["kafka"].endpoint
+        emulator = services.running["pubsub"].endpoint
+        tls = make_server_tls(root / "google-api-tls", FRONT_DNS_NAMES, FRONT_IP_ADDRESSES)
+        with svc.environment({"PUBSUB_EMULATOR_HOST": emulator}), GoogleApiFronts(emulator, tls) as fronts:
+            credentials = write_fake_service_account(root / "google-connect" / "service-account.json",
+                                                     fronts.token_uri, PROJECT)
+            started = time.perf_counter()
+            with ConnectStandalone(root / "google-connect", bootstrap, fronts, credentials) as worker:
+                connect_s = time.perf_counter() - started
+                bench = Bench(args, root, bootstrap, worker, fronts)
+                try:
+                    for direction in ("sink", "source"):
+                        if args.direction in (direction, "both"):
+                            load = os.getloadavg()  # figures are only comparable at a similar load
+                            results[direction] = {**getattr(bench, direction)(), "load_average_before": load}
+                            direction_rows = rows_for(direction, results[direction])
+                            rows += direction_rows
+                            # as soon as it is known: the other direction may take long or fail
+                            print(table(direction_rows) + "\n", flush=True)
+                finally:
+                    if bench.ctx is not None:
+                        bench.ctx.spark.stop()
+            if fronts.activity.refused:
+                raise svc.ServiceError(f"the reference tried to reach other hosts: {fronts.activity.refused}")
+    rows += [("engine (ours)", args.engine),
+             ("reference", results["reference"]),
+             ("excluded: Connect worker start", f"{connect_s:,.1f} s"),
+             ("excluded: Spark session start", f"{bench.session_s:,.1f} s")]
+    print(table(rows))
+    path = write_results(results_name("vs_google", args.engine), results)
+    print(f"\nresults: {path}")
+
+
+if __name__ == "__main__":
+    main()
