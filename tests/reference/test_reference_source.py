@@ -9,7 +9,23 @@ in one process, each into its own Kafka topic. Per record the test compares key 
 headers (as a multiset: Google's follow the emulator's attribute map order, which is not stable;
 order differences are printed), partition and timestamp.
 
-What differs is asserted as exactly that difference (see ``DIVERGENCES``); anything else fails.
+What differs is asserted as exactly that difference; anything else fails:
+
+* a timestamp attribute of ``0``: Google's record has timestamp 0, ours the produce time
+  (librdkafka, our transactional producer, reads 0 as "now");
+* ``hash_value``: Google's partition comes from the identity hash of a Java object (random), ours
+  from ``Arrays.hashCode`` of the data (checked as that);
+* ``StringConverter`` on the data: Google writes ``byte[].toString()`` (``[B@…``), ours the data;
+* ``key.converter=ByteArrayConverter``: Google's task fails on the first record, ours writes the
+  key's UTF-8;
+* a key hashing to -2^31: Google's task fails on partition -2, ours writes partition 0;
+* a timestamp below -1: Google's task fails, ours dead-letters the message;
+* ``value.converter`` Long / ByteArray with struct values / String with struct values: Google's
+  task fails, fails, writes ``Struct{…}`` text; ours refuses the configuration at start-up.
+
+Order is not compared: Google lays out headers and struct fields in the order the attribute map
+arrives in (the emulator's differs from message to message), ours sorts them by name; order
+differences are printed.
 """
 
 from __future__ import annotations
@@ -23,7 +39,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +50,7 @@ from integration.kafka_helpers import Rec, consume_all, create_topic
 from integration.pubsub_helpers import PROJECT, create_subscription, publisher
 from integration.pubsub_helpers import create_topic as create_pubsub_topic
 from pubsub_connect import config as cfg
+from pubsub_connect.io.tables import TableRef
 from pubsub_connect.model.cps_source import java_bytes_hash, java_string_hash, partition_for_hash
 from pubsub_connect.pipelines import cps_source
 from pubsub_connect.pipelines.base import run_stages
@@ -57,13 +74,11 @@ Message = tuple[bytes, "dict[str, str] | None", "str | None"]
 
 def build_corpus() -> list[Message]:
     """The messages, in publish order. Every message's data is unique (it identifies the message
-    in both outputs). Left out on purpose, because each stops Google's task or poll for good and
-    would hide everything else: an attribute named ``message`` in struct mode (poll fails on the
-    duplicate field, the batch is redelivered forever), a key or ordering key whose
-    ``hashCode`` is -2^31 (partition -2), a negative timestamp (Kafka rejects it). Each is a
-    divergence documented in ``model/cps_source.py`` and covered by unit tests. Java's
-    ``Long.valueOf`` reads non-ASCII digits (``"١٢٣"`` is 123), ours does not: in the corpus and
-    asserted as a difference."""
+    in both outputs). What stops Google's task for good is not here but in cases with a topic of
+    their own (a key hashing to -2^31, a timestamp below -1): it would hide everything else. Also
+    left out: an attribute named ``message`` in struct mode, on which Google's poll fails and the
+    whole batch is redelivered forever without the task failing (ours dead-letters the message;
+    unit-tested). Java's ``Long.valueOf`` reads non-ASCII digits (``"١٢٣"`` is 123): in here."""
     out: list[Message] = []
     out.append((b"", {"id": "empty-data"}, None))
     out.append((b"\x00", {"note": "one zero byte, no key"}, None))
@@ -99,7 +114,7 @@ def build_corpus() -> list[Message]:
         out.append((f"look-alike-{i}".encode(), attrs, None))
     # No timestamp far in the future: the broker rejects records beyond its
     # log.message.timestamp.after.max.ms (1 h by default), which stops both connectors alike.
-    timestamps = ["1700000000000", "0", "+42", "007", "1600000000000", "abc", "12.5", " 1", "", "1e3",
+    timestamps = ["1700000000000", "0", "-1", "+42", "007", "1600000000000", "abc", "12.5", " 1", "", "1e3",
                   "99999999999999999999", "\u0661\u0662\u0663"]
     for i, ts in enumerate(timestamps):  # only the timestamp attribute: BYTES value
         out.append((f"ts-only-{i}".encode(), {"ts": ts}, None))
@@ -141,16 +156,21 @@ class Case:
 
     name: str
     settings: dict[str, str]
-    #: How Google's connector ends: "records" (all expected records arrive) or "fails" (its task fails).
-    google: str = "records"
-    #: Fields not compared record by record, with the reason checked by ``special``.
+    #: None: Google's connector writes all expected records; else its task fails with this (regex).
+    google_fails: str | None = None
+    #: Fields not compared record by record (see ``SPECIAL_CHECKS``).
     skip_fields: tuple[str, ...] = ()
-    #: Messages that reach Kafka (on both sides), by data; None = all.
+    #: Messages that reach Kafka (on both sides); None = all.
     delivered: Callable[[Message], bool] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: The messages of this case's own Pub/Sub topic; None = the shared corpus.
+    messages: tuple[Message, ...] | None = None
+
+    @property
+    def corpus(self) -> list[Message]:
+        return CORPUS if self.messages is None else list(self.messages)
 
     def expected(self) -> list[Message]:
-        return [m for m in CORPUS if self.delivered is None or self.delivered(m)]
+        return [m for m in self.corpus if self.delivered is None or self.delivered(m)]
 
 
 def _settings(**extra: str) -> dict[str, str]:
@@ -193,7 +213,19 @@ CASES = [
     Case("byte-array-key", _settings(**{
         "kafka.key.attribute": KEY_ATTRIBUTE, "kafka.record.headers": "true", "kafka.partition.scheme": "hash_key",
         "key.converter": BYTES, "value.converter": BYTES}),
-        google="fails"),
+        google_fails=r"DataException: Invalid schema type for ByteArrayConverter: STRING"),
+    # A key whose String.hashCode is -2^31: Java's Math.abs keeps it negative, partition -2.
+    Case("min-int-hash", _settings(**{
+        "kafka.key.attribute": KEY_ATTRIBUTE, "kafka.record.headers": "true", "kafka.partition.scheme": "hash_key",
+        "key.converter": STRING, "value.converter": BYTES}),
+        google_fails=r"IllegalArgumentException: Invalid partition: -2\. Partition number should always be",
+        messages=((b"min-int", {"id": "polygenelubricants"}, None),)),
+    # A negative timestamp other than -1: Connect refuses it outside its error handling.
+    Case("timestamp-minus-2", _settings(**{
+        "kafka.record.headers": "true", "key.converter": STRING, "value.converter": BYTES,
+        "errors.tolerance": "all"}),
+        google_fails=r"InvalidRecordException: Invalid record timestamp -2",
+        delivered=lambda m: False, messages=((b"minus-2", {"ts": "-2"}, None),)),
 ]
 
 #: Configurations ours refuses at start-up (ConfigError, before any message is pulled), with what
@@ -255,7 +287,7 @@ def publish_in_order(topic: str, messages: list[Message]) -> None:
             {"data": data, "attributes": attributes or {}, "ordering_key": ordering_key or ""}]})
 
 
-def run_ours_concurrently(spark: Any, bootstrap: str, root: Path, connectors: list[cfg.ConnectorConfig]) -> None:
+def run_ours_concurrently(spark: Any, bootstrap: str, root: Path, connectors: list[cfg.ConnectorConfig]) -> Any:
     """Every connector's stages once, the connectors side by side in one process (as ``run``
     does in continuous mode): the pull stages' drain waits overlap."""
     ctx = context(spark, bootstrap, root)
@@ -273,6 +305,7 @@ def run_ours_concurrently(spark: Any, bootstrap: str, root: Path, connectors: li
     for thread in threads:
         thread.join()
     assert not errors, errors
+    return ctx
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,12 +318,22 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
     started = time.monotonic()
     pubsub_topic = create_pubsub_topic(unique_name)
     subscriptions: dict[tuple[str, str], str] = {}
+    own_topics: dict[str, str] = {}
     for case_name in [c.name for c in CASES] + list(REFUSED):
+        case = next((c for c in CASES if c.name == case_name), None)
+        topic = pubsub_topic
+        if case is not None and case.messages is not None:
+            topic = own_topics[case_name] = create_pubsub_topic(f"{unique_name}-{case_name}")
         for side in ("google", "ours"):
             subscriptions[case_name, side] = create_subscription(
-                pubsub_topic, f"{unique_name}-{case_name}-{side}").rsplit("/", 1)[1]
+                topic, f"{unique_name}-{case_name}-{side}").rsplit("/", 1)[1]
             create_topic(kafka_bootstrap, f"{unique_name}-{case_name}-{side}", partitions=PARTITIONS)
     publish_in_order(pubsub_topic, CORPUS)
+    for case in CASES:
+        if case.messages is not None:
+            publish_in_order(own_topics[case.name], case.corpus)
+    # Every record stamped with a producer's clock (either side) has a time after this.
+    published_ms = time.time_ns() // 1_000_000 + 1
 
     def google_settings(case_name: str, settings: dict[str, str]) -> dict[str, str]:
         return {**settings, "tasks.max": "1", "cps.project": PROJECT,
@@ -316,15 +359,13 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
                 cps_source.check_settings(connector)
             ours_refused[name] = str(info.value)
         ours_started = time.monotonic()
-        produce_started_ms = time.time_ns() // 1_000_000
-        run_ours_concurrently(spark, kafka_bootstrap, tmp_path, [
+        ours_ctx = run_ours_concurrently(spark, kafka_bootstrap, tmp_path, [
             source_config(f"{unique_name}-{case.name}", subscriptions[case.name, "ours"],
                           f"{unique_name}-{case.name}-ours", **case.settings) for case in CASES])
-        produce_window = (produce_started_ms, time.time_ns() // 1_000_000)
         TIMINGS[f"ours: {len(CASES)} source connectors, once, side by side"] = time.monotonic() - ours_started
         for case in CASES:
             name = f"{unique_name}-{case.name}"
-            if case.google == "fails":
+            if case.google_fails is not None:
                 google_failures[case.name] = google_connect.wait_failed(name)
             else:
                 google[case.name] = _wait(kafka_bootstrap, f"{name}-google", len(case.expected()),
@@ -335,6 +376,7 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
             else:
                 google[name] = _wait(kafka_bootstrap, f"{unique_name}-{name}-google", len(CORPUS),
                                      lambda n=f"{unique_name}-{name}": google_connect.raise_if_failed(n))
+    produce_window = (published_ms, time.time_ns() // 1_000_000)
     ours = {case.name: consume_all(kafka_bootstrap, f"{unique_name}-{case.name}-ours") for case in CASES}
 
     compared_records = compared_fields = 0
@@ -354,7 +396,11 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
             print(f"    {name}: {difference}")
 
     # Divergences asserted exactly.
-    assert "DataException: Invalid schema type for ByteArrayConverter: STRING" in google_failures["byte-array-key"]
+    (dead,) = ours_ctx.store.read(TableRef("dlq", f"{unique_name}-timestamp-minus-2")).collect()
+    assert (dead.value, dead.error_class) == (b"minus-2", "InvalidTimestampError")
+    for case in CASES:
+        if case.google_fails is not None:
+            assert re.search(case.google_fails, google_failures[case.name]), (case.name, google_failures[case.name])
     # ours writes the key's UTF-8, like StringConverter (timestamps: compared in hash-key-headers)
     byte_array_key = {data_of(r.value, {}): view(r)[:4] for r in ours["byte-array-key"]}
     string_key = {data_of(r.value, {}): view(r)[:4] for r in google["hash-key-headers"]}
@@ -427,6 +473,12 @@ def compare_case(case: Case, theirs: list[Rec] | None, mine: list[Rec],
     if mine_data != expected:
         differences.append(("ours: messages", len(expected), len(mine_data)))
     if theirs is None:
+        check = SPECIAL_CHECKS.get(case.name)
+        if check is not None:
+            try:
+                check(case, [], mine)
+            except AssertionError as exc:
+                differences.append(("special check", str(exc)[:500], None))
         return differences, 0, 0, []
     if len(theirs) != len(expected):
         differences.append(("Google: messages", len(expected), len(theirs)))
@@ -434,17 +486,15 @@ def compare_case(case: Case, theirs: list[Rec] | None, mine: list[Rec],
     lo, hi = produce_window
     notes: list[str] = []
 
-    def ours_view(record: Rec) -> tuple:
-        key, value, headers, partition, timestamp = view(record)
-        return key, value, headers, partition, PRODUCE_TIME if lo <= (timestamp or -1) <= hi else timestamp
+    def stamped(record: Rec, zero_too: bool = False) -> tuple:
+        """The view with a producer-clock timestamp (after publishing) shown as PRODUCE_TIME."""
+        *rest, timestamp = view(record)
+        by_producer = lo <= (timestamp or -1) <= hi or (zero_too and timestamp == 0)
+        return (*rest, PRODUCE_TIME if by_producer else timestamp)
 
     if "value" in case.skip_fields:  # pair by everything else (multiset)
-        def google_view(record: Rec) -> tuple:
-            *rest, timestamp = view(record)
-            return (*rest, PRODUCE_TIME if timestamp == 0 else timestamp)
-
-        left = Counter(tuple(google_view(r)[i] for i in compare) for r in theirs)
-        right = Counter(tuple(ours_view(r)[i] for i in compare) for r in mine)
+        left = Counter(tuple(stamped(r, zero_too=True)[i] for i in compare) for r in theirs)
+        right = Counter(tuple(stamped(r)[i] for i in compare) for r in mine)
         if left != right:
             only_google, only_ours = sorted(left - right, key=repr), sorted(right - left, key=repr)
             differences.append(("records without value", only_google, only_ours))
@@ -458,7 +508,7 @@ def compare_case(case: Case, theirs: list[Rec] | None, mine: list[Rec],
             if data not in by_data_google or data not in by_data_ours:
                 differences.append((data, "present", data in by_data_google, data in by_data_ours))
                 continue
-            a, b = view(by_data_google[data]), ours_view(by_data_ours[data])
+            a, b = stamped(by_data_google[data]), stamped(by_data_ours[data])
             for i in compare:
                 if a[i] == b[i]:
                     continue
@@ -482,7 +532,7 @@ def expected_differences(case: Case) -> list[tuple]:
     """The differences that must remain: a timestamp attribute of 0 (1970-01-01T00:00:00Z) is
     written by Google's connector as timestamp 0 and by ours with the produce time."""
     zeros = sorted(m[0] for m in case.expected() if (m[1] or {}).get(TIMESTAMP_ATTRIBUTE) == "0")
-    if case.google == "fails" or not zeros:
+    if case.google_fails is not None or not zeros:
         return []
     if "value" in case.skip_fields:
         return [(TIMESTAMP_ZERO, len(zeros), None)]
@@ -502,7 +552,13 @@ def _check_string_value(case: Case, theirs: list[Rec], mine: list[Rec]) -> None:
     assert sorted(r.value for r in mine) == sorted(m[0] for m in CORPUS)
 
 
+def _check_min_int_hash(case: Case, theirs: list[Rec], mine: list[Rec]) -> None:
+    """Google's task fails on partition -2; ours writes partition (h & 0x7fffffff) % 3 = 0."""
+    assert [(r.key, r.value, r.partition) for r in mine] == [(b"polygenelubricants", b"min-int", 0)]
+
+
 SPECIAL_CHECKS: dict[str, Callable[[Case, list[Rec], list[Rec]], None]] = {
+    "min-int-hash": _check_min_int_hash,
     "hash-value-headers-ok": _check_hash_value,
     "string-value-headers": _check_string_value,
 }

@@ -444,7 +444,16 @@ def test_converters_in_batch(spark: Any) -> None:
 def test_unicode_digit_timestamps_in_batch(spark: Any) -> None:
     """Java's ``Long.valueOf`` reads any Unicode decimal digit; Spark's translate maps them (BMP
     and beyond) exactly like the reference."""
-    texts = ["\u0661\u0662\u0663", "\uff11\uff12", "-\U0001d7cf", "+\U0001d7cf\U0001d7d0", "\u0661a", "\u00b2", "7"]
+    texts = [
+        "\u0661\u0662\u0663",
+        "\uff11\uff12",
+        "-\U0001d7cf",
+        "+\U0001d7cf\U0001d7d0",
+        "\u0661a",
+        "\u00b2",
+        "7",
+        "-1",
+    ]
     rows = [
         {"message_id": f"u{i}", "data_hex": "00", "attributes": {"ts": text}, "publish_time_ms": 5}
         for i, text in enumerate(texts)
@@ -460,6 +469,7 @@ def test_unicode_digit_timestamps_in_batch(spark: Any) -> None:
         (5, None),
         (5, None),
         (7, None),
+        (None, None),  # -1: Kafka's "no timestamp", the producer's clock
     ]
 
 

@@ -204,7 +204,7 @@ def test_timestamp_attribute_and_fallbacks() -> None:
     assert message_to_record(msg({"over": "253402300799999"}), settings).timestamp_ms == 253402300799999
 
 
-@pytest.mark.parametrize("value", ["-1", "253402300800000", "-9223372036854775808"])
+@pytest.mark.parametrize("value", ["-2", "253402300800000", "-9223372036854775808"])
 def test_timestamp_out_of_kafka_range_is_a_data_error(value: str) -> None:
     settings = CpsSourceSettings(kafka_timestamp_attribute="over")
     with pytest.raises(InvalidTimestampError) as info:
@@ -507,7 +507,7 @@ def test_json_converter_accepted() -> None:
 def test_reference_outbox_dedupes_orders_and_skips_errors_in_round_robin() -> None:
     settings = CpsSourceSettings(kafka_timestamp_attribute="ts", partition_count=3)
     a = msg(message_id="a", publish_time_ms=10)
-    b_bad = msg({"ts": "-1"}, message_id="b", publish_time_ms=11)
+    b_bad = msg({"ts": "-2"}, message_id="b", publish_time_ms=11)
     c = msg({"x": "1"}, message_id="c", publish_time_ms=12, data=b"c")
     a_late = PubsubReceived("a", b"later copy", {}, "", 10)
     rows = reference_outbox([(c, 3), (a_late, 9), (b_bad, 1), (a, 2)], settings, start_counter=4)
@@ -521,7 +521,7 @@ def test_reference_outbox_dedupes_orders_and_skips_errors_in_round_robin() -> No
         None,
         "b",
         "InvalidTimestampError",
-        "kafka.timestamp.attribute 'ts' = -1 is outside the Kafka timestamp range 0..253402300799999 ms",
+        "kafka.timestamp.attribute 'ts' = -2 is outside the Kafka timestamp range 0..253402300799999 ms",
     )
     assert rows[2].partition == 2  # the error row did not take a slot: (4+1)%3
     assert rows[2].value == (
@@ -546,3 +546,12 @@ def test_json_writes_characters_outside_the_bmp_as_escaped_surrogates() -> None:
     record = message_to_record(msg({"k": "\U0001f600", "a": "\U0001f389\u00fc"}), settings)
     assert record.key == b'"\\uD83D\\uDE00"'
     assert record.value.endswith(b'"payload":{"message":"dGhl","a":"\\uD83C\\uDF89\xc3\xbc"}}')
+
+
+def test_timestamp_minus_one_is_kafkas_no_timestamp() -> None:
+    """Connect turns -1 (RecordBatch.NO_TIMESTAMP) into a null timestamp: the producer's clock."""
+    settings = CpsSourceSettings(kafka_timestamp_attribute="ts", value_converter=BYTE_ARRAY)
+    assert message_to_record(msg({"ts": "-1"}), settings).timestamp_ms is None
+    assert message_to_record(msg({"ts": "-\u0661"}), settings).timestamp_ms is None
+    rows = reference_outbox([(msg({"ts": "-1"}), 0)], settings)
+    assert (rows[0].timestamp_ms, rows[0].error_class) == (None, None)

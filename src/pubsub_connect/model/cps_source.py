@@ -22,10 +22,13 @@ Behaviour, as Google's connector unless marked *divergence*:
   message with a key becomes a dead-letter row (:class:`KeyConverterError`).
 * **Timestamp**: attribute ``kafka.timestamp.attribute`` parsed like Java ``Long.valueOf`` (any
   Unicode decimal digit counts: ``"١٢٣"`` is 123); when it is missing or not a long, the publish
-  time in ms. *Divergence*: a parsed value outside
+  time in ms. ``-1`` is Kafka's "no timestamp": Connect then lets the producer stamp the record
+  with its clock, and so does this (a null outbox timestamp). *Divergence*: any other value outside
   ``0 ≤ ts ≤ 253402300799999`` (9999-12-31T23:59:59.999Z) makes the message a dead-letter row
-  (:class:`InvalidTimestampError`): Kafka rejects negative timestamps, which crashes the original
-  task, and later years cannot be represented by Spark/Python readers of the outbox.
+  (:class:`InvalidTimestampError`): Connect rejects negative timestamps, which crashes the original
+  task, and later years cannot be represented by Spark/Python readers of the outbox. *Limitation*:
+  a timestamp of exactly 0 reaches Kafka as the produce time, because the transactional producer
+  (librdkafka) reads 0 as "now"; the original writes 0.
 * **Custom attributes** exist when an attribute other than the key and timestamp attributes is
   present, or the ordering key is non-empty and ``cps.makeOrderingKeyAttribute=true``.
   Without them the value is the data bytes. With them and ``kafka.record.headers=true`` the value is
@@ -105,6 +108,8 @@ KAFKA_PARTITIONER = "kafka_partitioner"
 ORDERING_KEY = "ordering_key"
 PARTITION_SCHEMES = (ROUND_ROBIN, HASH_KEY, HASH_VALUE, KAFKA_PARTITIONER, ORDERING_KEY)
 
+#: Kafka's "no timestamp" (``RecordBatch.NO_TIMESTAMP``): Connect turns it into a null timestamp.
+NO_TIMESTAMP = -1
 #: Largest accepted timestamp: 9999-12-31T23:59:59.999Z in epoch ms.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 
@@ -363,10 +368,13 @@ def record_key(msg: PubsubReceived, settings: CpsSourceSettings) -> str | None:
 
 
 def record_timestamp_ms(msg: PubsubReceived, settings: CpsSourceSettings) -> int | None:
-    """Timestamp attribute as a long, else the publish time; raises :class:`InvalidTimestampError`."""
+    """Timestamp attribute as a long, else the publish time; None for ``-1`` (Kafka's "no
+    timestamp": the producer's clock). Raises :class:`InvalidTimestampError`."""
     attribute = settings.kafka_timestamp_attribute
     if attribute is not None:
         parsed = parse_java_long(msg.attributes.get(attribute))
+        if parsed == NO_TIMESTAMP:
+            return None
         if parsed is not None:
             if not 0 <= parsed <= MAX_TIMESTAMP_MS:
                 raise InvalidTimestampError(_timestamp_error_message(attribute, parsed))
@@ -961,7 +969,7 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     df = df.select(
         "*",
         custom.alias("_custom"),
-        (parsed.isNotNull() & ((parsed < 0) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
+        (parsed.isNotNull() & ((parsed < NO_TIMESTAMP) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
         (clash if struct_mode else F.lit(None).cast("string")).alias("_clash"),
     )
 
@@ -986,7 +994,7 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     )
     df = df.select(
         "*",
-        F.coalesce(parsed, F.col("_publish_ms")).alias("_ts_ms"),
+        F.when(parsed != F.lit(NO_TIMESTAMP), parsed).when(parsed.isNull(), F.col("_publish_ms")).alias("_ts_ms"),
         error_class.alias("error_class"),
         error_message.alias("error_message"),
     )
