@@ -447,7 +447,7 @@ def test_unicode_digit_timestamps_in_batch(spark: Any) -> None:
     texts = [
         "\u0661\u0662\u0663",
         "\uff11\uff12",
-        "-\U0001d7cf",
+        "-\U0001d7d0",
         "+\U0001d7cf\U0001d7d0",
         "\u0661a",
         "\u00b2",
