@@ -51,6 +51,9 @@ Behaviour, as Google's connector unless marked *divergence*:
   (``[B@`` and an identity hash: the data is lost); here the data bytes are written as is. The
   number and boolean converters cannot write BYTES or STRUCT values (the original's task fails on
   the first record): rejected at start-up (:func:`check_value_converter`).
+* **JSON text** (JsonConverter keys and struct values) is byte for byte Kafka's: Jackson's string
+  escaping, and a character outside the BMP (an emoji) as its two escaped UTF-16 halves
+  (``\\uD83D\\uDE00``), not as 4 UTF-8 bytes.
 * **Headers** are what Connect's default ``header.converter`` (``SimpleHeaderConverter``) writes
   for the original's STRING headers: the UTF-8 bytes of the value.
 * **Partitions** (``kafka.partition.scheme``): see :func:`select_partition` and
