@@ -28,6 +28,12 @@ from pubsub_connect.model.cps_source import (
     to_kafka_outbox,
 )
 
+BYTE_ARRAY = "org.apache.kafka.connect.converters.ByteArrayConverter"
+STRING = "org.apache.kafka.connect.storage.StringConverter"
+JSON = "org.apache.kafka.connect.json.JsonConverter"
+#: b"the" as a BYTES value through the default JsonConverter with schemas.
+THE_JSON = b'{"schema":{"type":"bytes","optional":false},"payload":"dGhl"}'
+
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "records" / "cps_source" / "bronze_messages.jsonl"
 
 BRONZE_DDL = (
@@ -155,6 +161,46 @@ SETTINGS = {
         ),
         0,
     ),
+    "json_key_envelope_json_values": (
+        CpsSourceSettings(
+            kafka_key_attribute="fox",
+            key_converter=JSON,
+            make_ordering_key_attribute=True,
+            partition_scheme="hash_key",
+            partition_count=3,
+        ),
+        0,
+    ),
+    "plain_json_key_and_headers_plain_json_values": (
+        CpsSourceSettings(
+            kafka_key_attribute="orderingKey",
+            key_converter=JSON,
+            key_schemas_enable=False,
+            kafka_record_headers=True,
+            value_schemas_enable=False,
+        ),
+        0,
+    ),
+    "string_key_bytes_headers": (
+        CpsSourceSettings(
+            kafka_key_attribute="fox",
+            key_converter=STRING,
+            value_converter=BYTE_ARRAY,
+            kafka_record_headers=True,
+            partition_count=2,
+        ),
+        1,
+    ),
+    "long_key_converter_dead_letters_keyed_messages": (
+        CpsSourceSettings(
+            kafka_key_attribute="fox",
+            key_converter="org.apache.kafka.connect.converters.LongConverter",
+            value_converter=STRING,
+            kafka_record_headers=True,
+            partition_count=3,
+        ),
+        0,
+    ),
     "message_is_key_hash_key": (
         CpsSourceSettings(
             kafka_key_attribute="message",
@@ -193,8 +239,8 @@ def test_issue_examples_in_batch(spark: Any, corpus: list[dict[str, Any]]) -> No
             to_kafka_outbox(bronze_df(spark, corpus), SETTINGS["key_ts_struct_round_robin"][0], start_counter=0)
         )
     }
-    assert by_id["m02"].key == b"jumped" and by_id["m02"].value == b"the"
-    assert by_id["m03"].timestamp_ms == 1234567890 and by_id["m03"].value == b"the"
+    assert by_id["m02"].key == b"jumped" and by_id["m02"].value == THE_JSON
+    assert by_id["m03"].timestamp_ms == 1234567890 and by_id["m03"].value == THE_JSON
     assert by_id["m04"].value == (
         b'{"schema":{"type":"struct","fields":[{"type":"bytes","optional":false,"field":"message"},'
         b'{"type":"string","optional":false,"field":"attribute1"},'
@@ -218,7 +264,7 @@ def test_issue_examples_in_batch(spark: Any, corpus: list[dict[str, Any]]) -> No
     m04 = next(r for r in headers if r.message_id == "m04")
     assert (m04.key, m04.value, m04.headers, m04.partition) == (
         b"jumped",
-        b"the",
+        THE_JSON,
         [("attribute1", b"a"), ("attribute2", b"b")],
         1,
     )
@@ -256,7 +302,8 @@ def test_redelivered_message_yields_one_record(spark: Any, corpus: list[dict[str
         },
     ]
     for order in (rows, rows[::-1]):
-        assert [r.value for r in collect(to_kafka_outbox(bronze_df(spark, order), CpsSourceSettings()))] == [b"early"]
+        settings = CpsSourceSettings(value_converter=BYTE_ARRAY, kafka_record_headers=True)
+        assert [r.value for r in collect(to_kafka_outbox(bronze_df(spark, order), settings))] == [b"early"]
 
 
 def test_replayed_batch_gets_identical_partitions(spark: Any, corpus: list[dict[str, Any]]) -> None:
@@ -287,7 +334,13 @@ def test_null_columns_are_empty_values(spark: Any) -> None:
     rows = [
         {"message_id": "n", "data_hex": None, "attributes": None, "ordering_key": None, "publish_time_ms": 7},
     ]
-    settings = CpsSourceSettings(kafka_key_attribute="orderingKey", partition_scheme="hash_value", partition_count=3)
+    settings = CpsSourceSettings(
+        kafka_key_attribute="orderingKey",
+        partition_scheme="hash_value",
+        partition_count=3,
+        value_converter=BYTE_ARRAY,
+        kafka_record_headers=True,
+    )
     assert collect(to_kafka_outbox(bronze_df(spark, rows), settings)) == [
         OutboxRow(b"", b"", [], 1 % 3, 7, "n")  # Arrays.hashCode(new byte[0]) == 1
     ]
@@ -353,3 +406,97 @@ def test_structless_converter_rejected_before_any_spark_work(spark: Any) -> None
     settings = CpsSourceSettings(value_converter="org.apache.kafka.connect.converters.ByteArrayConverter")
     with pytest.raises(UnsupportedConverterError):
         to_kafka_outbox(bronze_df(spark, load_corpus()[:1]), settings)
+
+
+def test_converters_in_batch(spark: Any) -> None:
+    """Literal keys and BYTES values through the key/value converters (JSON escaping included)."""
+    rows = [
+        {"message_id": "a", "data_hex": "00ff", "attributes": {"fox": 'k"\u00fc\u0001'}, "publish_time_ms": 1},
+        {"message_id": "b", "data_hex": "", "attributes": {}, "publish_time_ms": 2},
+    ]
+    settings = CpsSourceSettings(kafka_key_attribute="fox", key_converter=JSON, kafka_record_headers=True)
+    a, b = collect(to_kafka_outbox(bronze_df(spark, rows), settings))
+    assert a.key == '{"schema":{"type":"string","optional":true},"payload":"k\\"\u00fc\\u0001"}'.encode()
+    assert a.value == b'{"schema":{"type":"bytes","optional":false},"payload":"AP8="}'
+    assert b.key == b'{"schema":{"type":"string","optional":true},"payload":null}'
+    assert b.value == b'{"schema":{"type":"bytes","optional":false},"payload":""}'
+    plain = CpsSourceSettings(
+        kafka_key_attribute="fox", key_converter=JSON, key_schemas_enable=False, value_schemas_enable=False
+    )
+    a, b = collect(to_kafka_outbox(bronze_df(spark, rows), plain))
+    assert (a.key, b.key, b.value) == ('"k\\"\u00fc\\u0001"'.encode(), b"null", b'""')
+    long_key = CpsSourceSettings(
+        kafka_key_attribute="fox",
+        key_converter="org.apache.kafka.connect.converters.LongConverter",
+        value_converter=BYTE_ARRAY,
+        kafka_record_headers=True,
+    )
+    a, b = collect(to_kafka_outbox(bronze_df(spark, rows), long_key))
+    assert (a.error_class, a.key, a.value, a.partition) == (
+        "KeyConverterError",
+        'k"\u00fc\u0001'.encode(),
+        b"\x00\xff",
+        None,
+    )
+    assert (b.error_class, b.key, b.value, b.partition) == (None, None, b"", 0)
+
+
+def test_unicode_digit_timestamps_in_batch(spark: Any) -> None:
+    """Java's ``Long.valueOf`` reads any Unicode decimal digit; Spark's translate maps them (BMP
+    and beyond) exactly like the reference."""
+    texts = [
+        "\u0661\u0662\u0663",
+        "\uff11\uff12",
+        "-\U0001d7d0",
+        "+\U0001d7cf\U0001d7d0",
+        "\u0661a",
+        "\u00b2",
+        "7",
+        "-1",
+    ]
+    rows = [
+        {"message_id": f"u{i}", "data_hex": "00", "attributes": {"ts": text}, "publish_time_ms": 5}
+        for i, text in enumerate(texts)
+    ]
+    settings = CpsSourceSettings(kafka_timestamp_attribute="ts", value_converter=BYTE_ARRAY, kafka_record_headers=True)
+    got = collect(to_kafka_outbox(bronze_df(spark, rows), settings))
+    assert got == expected(rows, settings)
+    assert [(r.timestamp_ms, r.error_class) for r in got] == [
+        (123, None),
+        (12, None),
+        (None, "InvalidTimestampError"),
+        (12, None),
+        (5, None),
+        (5, None),
+        (7, None),
+        (None, None),  # -1: Kafka's "no timestamp", the producer's clock
+    ]
+
+
+def test_characters_outside_the_bmp_are_escaped_like_kafka_json(spark: Any) -> None:
+    """Kafka's JsonConverter writes an emoji as its two escaped UTF-16 halves; Spark's to_json as
+    UTF-8. Key, attribute names and values, ordering key: all escaped, batch == reference."""
+    rows = [
+        {
+            "message_id": "s",
+            "data_hex": "f09f9880",  # the data is base64: never affected
+            "attributes": {"id": "k\U0001f600", "\U0001f389name": "v\U0001d7cf\u00fc", "plain": "x"},
+            "ordering_key": "o\U0001f600",
+            "publish_time_ms": 1,
+        },
+        {"message_id": "t", "data_hex": "00", "attributes": {"id": "no-emoji", "a": "\u00fc"}, "publish_time_ms": 2},
+    ]
+    settings = CpsSourceSettings(kafka_key_attribute="id", key_converter=JSON, make_ordering_key_attribute=True)
+    got = collect(to_kafka_outbox(bronze_df(spark, rows), settings))
+    assert got == expected(rows, settings)
+    s, t = got
+    assert s.key == b'{"schema":{"type":"string","optional":true},"payload":"k\\uD83D\\uDE00"}'
+    assert s.value == (
+        b'{"schema":{"type":"struct","fields":[{"type":"bytes","optional":false,"field":"message"},'
+        b'{"type":"string","optional":false,"field":"plain"},'
+        b'{"type":"string","optional":false,"field":"\\uD83C\\uDF89name"},'
+        b'{"type":"string","optional":false,"field":"orderingKey"}],"optional":false},'
+        b'"payload":{"message":"8J+YgA==","plain":"x","\\uD83C\\uDF89name":"v\\uD835\\uDFCF\xc3\xbc",'
+        b'"orderingKey":"o\\uD83D\\uDE00"}}'
+    )
+    assert t.key == b'{"schema":{"type":"string","optional":true},"payload":"no-emoji"}'

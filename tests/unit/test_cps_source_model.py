@@ -13,11 +13,13 @@ import pytest
 
 from pubsub_connect.model import cps_source as cs
 from pubsub_connect.model.connect import BYTES, STRING, DataError, Type
+from pubsub_connect.model.converters import BOOLEAN_CONVERTER, NUMBER_CONVERTER_TYPES
 from pubsub_connect.model.cps_source import (
     CpsSourceSettings,
     DuplicateFieldError,
     InvalidTimestampError,
     KafkaOutRecord,
+    KeyConverterError,
     OutboxRow,
     PubsubReceived,
     UnsupportedConverterError,
@@ -30,6 +32,8 @@ from pubsub_connect.model.cps_source import (
     partition_for_hash,
     reference_outbox,
     select_partition,
+    serialize_bytes_value,
+    serialize_key,
     uses_round_robin,
     value_struct,
 )
@@ -46,6 +50,11 @@ ISSUE_STRUCT_JSON = (
     b'],"optional":false},'
     b'"payload":{"message":"dGhl","attribute1":"a","attribute2":"b"}}'
 )
+
+
+#: b"the" as a BYTES value through the default JsonConverter (with schemas) / without schemas.
+THE_JSON = b'{"schema":{"type":"bytes","optional":false},"payload":"dGhl"}'
+THE_JSON_PLAIN = b'"dGhl"'
 
 
 def msg(
@@ -172,7 +181,11 @@ def test_vectorised_bytes_hash_matches_reference(monkeypatch: pytest.MonkeyPatch
         ("1 ", None),
         ("1\n", None),
         ("0x10", None),
-        ("\u0661\u0662", None),  # Arabic-Indic digits: Java accepts, we do not (documented)
+        ("\u0661\u0662", 12),  # Arabic-Indic digits: Java's Character.digit reads any Unicode digit
+        ("\uff11\uff12", 12),  # fullwidth
+        ("-\U0001d7cf\U0001d7d0", -12),  # mathematical bold, outside the BMP
+        ("\u0661a", None),
+        ("\u00b2", None),  # superscript two is not a decimal digit (category No)
         (None, None),
     ],
 )
@@ -184,14 +197,14 @@ def test_timestamp_attribute_and_fallbacks() -> None:
     settings = CpsSourceSettings(kafka_timestamp_attribute="over")
     # Issue example: value stays the data bytes (timestamp attribute is not "custom").
     record = message_to_record(msg({"over": "1234567890"}), settings)
-    assert record == KafkaOutRecord(None, b"the", [], 0, 1234567890)
+    assert record == KafkaOutRecord(None, THE_JSON, [], 0, 1234567890)
     for attrs in ({}, {"over": "not-a-number"}, {"over": "12.5"}, {"over": "99999999999999999999"}):
         assert message_to_record(msg(attrs), settings).timestamp_ms == 1_700_000_000_123
     assert message_to_record(msg({"over": "0"}), settings).timestamp_ms == 0
     assert message_to_record(msg({"over": "253402300799999"}), settings).timestamp_ms == 253402300799999
 
 
-@pytest.mark.parametrize("value", ["-1", "253402300800000", "-9223372036854775808"])
+@pytest.mark.parametrize("value", ["-2", "253402300800000", "-9223372036854775808"])
 def test_timestamp_out_of_kafka_range_is_a_data_error(value: str) -> None:
     settings = CpsSourceSettings(kafka_timestamp_attribute="over")
     with pytest.raises(InvalidTimestampError) as info:
@@ -212,14 +225,14 @@ def test_no_attributes_round_robin_0_1_2_0() -> None:
     messages = [(msg(message_id=f"m{i}", publish_time_ms=i), 0) for i in range(4)]
     rows = reference_outbox(messages, settings)
     assert [r.partition for r in rows] == [0, 1, 2, 0]
-    assert all(r.key is None and r.value == b"the" and r.headers == [] for r in rows)
+    assert all(r.key is None and r.value == THE_JSON and r.headers == [] for r in rows)
     assert [message_to_record(m, settings, i).partition for i, (m, _) in enumerate(messages)] == [0, 1, 2, 0]
 
 
 def test_key_attribute() -> None:
     settings = CpsSourceSettings(kafka_key_attribute="fox")
     record = message_to_record(msg({"fox": "jumped"}), settings)
-    assert record == KafkaOutRecord(b"jumped", b"the", [], 0, 1_700_000_000_123)
+    assert record == KafkaOutRecord(b"jumped", THE_JSON, [], 0, 1_700_000_000_123)
     assert message_to_record(msg({}), settings).key is None
 
 
@@ -245,7 +258,7 @@ def test_headers_issue_example() -> None:
     settings = CpsSourceSettings(kafka_key_attribute="fox", kafka_record_headers=True)
     record = message_to_record(msg({"fox": "jumped", "attribute2": "b", "attribute1": "a"}), settings)
     assert record == KafkaOutRecord(
-        b"jumped", b"the", [("attribute1", b"a"), ("attribute2", b"b")], 0, 1_700_000_000_123
+        b"jumped", THE_JSON, [("attribute1", b"a"), ("attribute2", b"b")], 0, 1_700_000_000_123
     )
 
 
@@ -283,14 +296,14 @@ def test_ordering_key_made_attribute() -> None:
         b'{"message":"dGhl","orderingKey":"ok-1"}'
     )
     # Empty ordering key: nothing to add, plain bytes.
-    assert message_to_record(msg({}, ordering_key=""), struct_settings).value == b"the"
+    assert message_to_record(msg({}, ordering_key=""), struct_settings).value == THE_JSON_PLAIN
     header_settings = CpsSourceSettings(make_ordering_key_attribute=True, kafka_record_headers=True)
     assert message_to_record(msg({"z": "1"}, ordering_key="ok-1"), header_settings).headers == [
         ("z", b"1"),
         ("orderingKey", b"ok-1"),
     ]
     # Without the option the ordering key is not an attribute.
-    assert message_to_record(msg({}, ordering_key="ok-1"), CpsSourceSettings()).value == b"the"
+    assert message_to_record(msg({}, ordering_key="ok-1"), CpsSourceSettings()).value == THE_JSON
 
 
 def test_ordering_key_as_kafka_key() -> None:
@@ -301,7 +314,7 @@ def test_ordering_key_as_kafka_key() -> None:
     # An attribute literally named orderingKey is the "key attribute": neither custom nor a field.
     record = message_to_record(msg({"orderingKey": "attr"}, ordering_key="real"), settings)
     assert record.key == b"real"
-    assert record.value == b"the"
+    assert record.value == THE_JSON
 
 
 def test_duplicate_field_names_are_data_errors_in_struct_mode() -> None:
@@ -318,7 +331,7 @@ def test_duplicate_field_names_are_data_errors_in_struct_mode() -> None:
     assert value_struct(msg({"orderingKey": "x"}), made).values["orderingKey"] == "x"
     # ... when the attribute is the key attribute ...
     record = message_to_record(msg({"message": "k"}), CpsSourceSettings(kafka_key_attribute="message"))
-    assert (record.key, record.value) == (b"k", b"the")
+    assert (record.key, record.value) == (b"k", THE_JSON)
     # ... and in headers mode (headers may repeat).
     headers = CpsSourceSettings(kafka_record_headers=True, make_ordering_key_attribute=True)
     assert message_to_record(msg({"orderingKey": "x"}, ordering_key="ok"), headers).headers == [
@@ -386,7 +399,7 @@ def test_settings_validation() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("converter", [BYTE_ARRAY, STRING_CONV, "org.apache.kafka.connect.converters.LongConverter"])
+@pytest.mark.parametrize("converter", [BYTE_ARRAY, STRING_CONV])
 def test_structless_converters_rejected_at_startup(converter: str) -> None:
     settings = CpsSourceSettings(value_converter=converter)
     with pytest.raises(UnsupportedConverterError, match="cannot write the STRUCT values") as info:
@@ -398,9 +411,87 @@ def test_structless_converters_rejected_at_startup(converter: str) -> None:
     assert record.value == b"the"
 
 
+@pytest.mark.parametrize("converter", [*NUMBER_CONVERTER_TYPES, BOOLEAN_CONVERTER])
+@pytest.mark.parametrize("headers", [False, True])
+def test_number_and_boolean_value_converters_rejected_at_startup(converter: str, headers: bool) -> None:
+    """They can write neither the data (BYTES) nor a STRUCT: the original's task fails on its first record."""
+    settings = CpsSourceSettings(value_converter=converter, kafka_record_headers=headers)
+    with pytest.raises(UnsupportedConverterError, match="cannot write the values of this connector"):
+        check_value_converter(settings)
+
+
 def test_unknown_converter_rejected() -> None:
     with pytest.raises(UnsupportedConverterError, match=r"value\.converter"):
         check_value_converter(CpsSourceSettings(value_converter="com.example.NoSuchConverter"))
+    with pytest.raises(UnsupportedConverterError, match=r"key\.converter"):
+        check_value_converter(CpsSourceSettings(key_converter="com.example.NoSuchConverter"))
+
+
+# --------------------------------------------------------------------------------------------
+# Key and BYTES values through the converters (what Connect's worker writes for the original)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("converter", "schemas", "key", "expected"),
+    [
+        (STRING_CONV, True, "ключ", "ключ".encode()),
+        (STRING_CONV, True, None, None),
+        (STRING_CONV, True, "", b""),
+        # ByteArrayConverter: the original's task fails on any STRING key; UTF-8 here (divergence).
+        (BYTE_ARRAY, True, "k\u00fc", b"k\xc3\xbc"),
+        (BYTE_ARRAY, True, None, None),
+        (JSON, True, 'k"\n\u00fc', b'{"schema":{"type":"string","optional":true},"payload":"k\\"\\n\xc3\xbc"}'),
+        (JSON, True, None, b'{"schema":{"type":"string","optional":true},"payload":null}'),
+        (JSON, False, "k\x01", b'"k\\u0001"'),
+        (JSON, False, None, b"null"),
+        (JSON, False, "", b'""'),
+        ("org.apache.kafka.connect.converters.LongConverter", True, None, None),
+        (BOOLEAN_CONVERTER, True, None, None),
+    ],
+)
+def test_key_through_key_converter(converter: str, schemas: bool, key: str | None, expected: bytes | None) -> None:
+    settings = CpsSourceSettings(
+        kafka_key_attribute="k", key_converter=converter, key_schemas_enable=schemas, value_converter=BYTE_ARRAY
+    )
+    assert serialize_key(key, settings) == expected
+    attrs = {} if key is None else {"k": key}
+    assert message_to_record(msg(attrs), settings).key == expected
+
+
+@pytest.mark.parametrize("converter", [*NUMBER_CONVERTER_TYPES, BOOLEAN_CONVERTER])
+def test_string_key_through_number_or_boolean_converter_is_a_data_error(converter: str) -> None:
+    settings = CpsSourceSettings(kafka_key_attribute="k", key_converter=converter, value_converter=BYTE_ARRAY)
+    with pytest.raises(KeyConverterError) as info:
+        message_to_record(msg({"k": "1"}), settings)
+    short = converter.rsplit(".", 1)[-1]
+    assert str(info.value) == (
+        f"key.converter={short} cannot write the message's key, a string; "
+        "use StringConverter or JsonConverter, or unset kafka.key.attribute"
+    )
+    rows = reference_outbox([(msg({"k": "1"}), 0)], settings)
+    assert (rows[0].key, rows[0].value, rows[0].error_class) == (b"1", b"the", "KeyConverterError")
+
+
+@pytest.mark.parametrize(
+    ("converter", "schemas", "data", "expected"),
+    [
+        (BYTE_ARRAY, True, b"\x00\xff", b"\x00\xff"),
+        # StringConverter: the original writes byte[].toString() ("[B@…"); the data here (divergence).
+        (STRING_CONV, True, b"\x00\xff", b"\x00\xff"),
+        (JSON, True, b"\x00\xff", b'{"schema":{"type":"bytes","optional":false},"payload":"AP8="}'),
+        (JSON, True, b"", b'{"schema":{"type":"bytes","optional":false},"payload":""}'),
+        (JSON, False, b"\x00\xff", b'"AP8="'),
+        (JSON, False, b"", b'""'),
+    ],
+)
+def test_bytes_value_through_value_converter(converter: str, schemas: bool, data: bytes, expected: bytes) -> None:
+    settings = CpsSourceSettings(value_converter=converter, value_schemas_enable=schemas, kafka_record_headers=True)
+    assert serialize_bytes_value(data, settings) == expected
+    assert message_to_record(msg({}, data=data), settings).value == expected
+    # Headers mode: the value is the BYTES data too, headers are the attributes' UTF-8.
+    record = message_to_record(msg({"a": "\u00fc"}, data=data), settings)
+    assert (record.value, record.headers) == (expected, [("a", b"\xc3\xbc")])
 
 
 def test_json_converter_accepted() -> None:
@@ -416,12 +507,12 @@ def test_json_converter_accepted() -> None:
 def test_reference_outbox_dedupes_orders_and_skips_errors_in_round_robin() -> None:
     settings = CpsSourceSettings(kafka_timestamp_attribute="ts", partition_count=3)
     a = msg(message_id="a", publish_time_ms=10)
-    b_bad = msg({"ts": "-1"}, message_id="b", publish_time_ms=11)
+    b_bad = msg({"ts": "-2"}, message_id="b", publish_time_ms=11)
     c = msg({"x": "1"}, message_id="c", publish_time_ms=12, data=b"c")
     a_late = PubsubReceived("a", b"later copy", {}, "", 10)
     rows = reference_outbox([(c, 3), (a_late, 9), (b_bad, 1), (a, 2)], settings, start_counter=4)
     assert [r.message_id for r in rows] == ["a", "b", "c"]
-    assert rows[0] == OutboxRow(None, b"the", [], 1, 10, "a")  # earliest ingest wins; (4+0)%3
+    assert rows[0] == OutboxRow(None, THE_JSON, [], 1, 10, "a")  # earliest ingest wins; (4+0)%3
     assert rows[1] == OutboxRow(
         None,
         b"the",
@@ -430,7 +521,7 @@ def test_reference_outbox_dedupes_orders_and_skips_errors_in_round_robin() -> No
         None,
         "b",
         "InvalidTimestampError",
-        "kafka.timestamp.attribute 'ts' = -1 is outside the Kafka timestamp range 0..253402300799999 ms",
+        "kafka.timestamp.attribute 'ts' = -2 is outside the Kafka timestamp range 0..253402300799999 ms",
     )
     assert rows[2].partition == 2  # the error row did not take a slot: (4+1)%3
     assert rows[2].value == (
@@ -443,4 +534,24 @@ def test_reference_outbox_dedupes_orders_and_skips_errors_in_round_robin() -> No
 def test_reference_outbox_null_ingest_time_loses() -> None:
     first = msg(message_id="a", data=b"kept")
     second = PubsubReceived("a", b"dropped", {}, "", first.publish_time_ms)
-    assert reference_outbox([(second, None), (first, 7)], CpsSourceSettings())[0].value == b"kept"
+    assert (
+        reference_outbox([(second, None), (first, 7)], CpsSourceSettings(value_converter=BYTE_ARRAY))[0].value
+        == b"kept"
+    )
+
+
+def test_json_writes_characters_outside_the_bmp_as_escaped_surrogates() -> None:
+    """As Kafka's JsonConverter (Jackson's UTF-8 generator) does: upper-case hex, per UTF-16 half."""
+    settings = CpsSourceSettings(kafka_key_attribute="k", key_converter=JSON, key_schemas_enable=False)
+    record = message_to_record(msg({"k": "\U0001f600", "a": "\U0001f389\u00fc"}), settings)
+    assert record.key == b'"\\uD83D\\uDE00"'
+    assert record.value.endswith(b'"payload":{"message":"dGhl","a":"\\uD83C\\uDF89\xc3\xbc"}}')
+
+
+def test_timestamp_minus_one_is_kafkas_no_timestamp() -> None:
+    """Connect turns -1 (RecordBatch.NO_TIMESTAMP) into a null timestamp: the producer's clock."""
+    settings = CpsSourceSettings(kafka_timestamp_attribute="ts", value_converter=BYTE_ARRAY)
+    assert message_to_record(msg({"ts": "-1"}), settings).timestamp_ms is None
+    assert message_to_record(msg({"ts": "-\u0661"}), settings).timestamp_ms is None
+    rows = reference_outbox([(msg({"ts": "-1"}), 0)], settings)
+    assert (rows[0].timestamp_ms, rows[0].error_class) == (None, None)

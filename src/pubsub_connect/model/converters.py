@@ -276,6 +276,26 @@ def _write_schemaless_json(value: Any, out: list[str], path: str) -> None:
         raise ConverterError(f"{path or 'value'}: {type(value).__name__} has no Connect schema type")
 
 
+_SUPPLEMENTARY = re.compile("[\U00010000-\U0010ffff]")
+
+
+def _surrogate_escapes(match: re.Match[str]) -> str:
+    code = ord(match.group(0)) - 0x10000
+    return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+
+
+def escape_supplementary_as_jackson(json_text: str) -> str:
+    """JSON text with every character outside the BMP as the ``\\uXXXX\\uXXXX`` surrogate-pair
+    escape (upper-case hex) that Kafka's JsonConverter serializer writes.
+
+    Why: Kafka's serializer is Jackson's UTF-8 generator, which writes the two UTF-16 halves of
+    such a character (an emoji, say) as escapes instead of its 4 UTF-8 bytes. Both are valid JSON
+    for the same text, but byte-for-byte output (a source connector's Kafka value or key) needs
+    the escapes. Exact on whole JSON documents: outside strings JSON is ASCII.
+    """
+    return _SUPPLEMENTARY.sub(_surrogate_escapes, json_text)
+
+
 def dump_json(schema: Schema | None, value: Any) -> str:
     """Compact JSON of a Connect value, as Kafka's JsonConverter writes a payload.
 
@@ -779,6 +799,7 @@ __all__ = [
     "NumberConverter",
     "StringConverter",
     "dump_json",
+    "escape_supplementary_as_jackson",
     "java_double_to_string",
     "java_float_to_string",
     "java_text",

@@ -11,14 +11,24 @@ Behaviour, as Google's connector unless marked *divergence*:
 
 * **Key**: the value of attribute ``kafka.key.attribute``, or the ordering key when that option is
   ``orderingKey`` (Pub/Sub reports a missing ordering key as ``""``, so the key is then ``""``, not
-  null, as in the original), else null. Kafka key bytes = UTF-8 of the string (what the usual
-  ``StringConverter`` key converter writes).
-* **Timestamp**: attribute ``kafka.timestamp.attribute`` parsed like Java ``Long.valueOf``; when it
-  is missing or not a long, the publish time in ms. *Divergences*: only ASCII digits are accepted
-  (Java also accepts other Unicode decimal digits), and a parsed value outside
+  null, as in the original), else null. The original hands the worker an ``OPTIONAL_STRING`` key,
+  serialized by ``key.converter`` (:func:`serialize_key`): ``StringConverter`` writes UTF-8,
+  ``JsonConverter`` a JSON string (``null`` for no key; with schemas inside the envelope
+  ``{"schema":{"type":"string","optional":true},"payload":…}``). *Divergences*:
+  ``ByteArrayConverter`` (Connect's default) rejects every STRING key, null included, which fails
+  the original's task on its first record; here it writes UTF-8 like ``StringConverter``. The
+  number and boolean converters cannot write a string either (the original's task fails on the
+  first keyed record; ``BooleanConverter`` on every record): here a null key stays null and a
+  message with a key becomes a dead-letter row (:class:`KeyConverterError`).
+* **Timestamp**: attribute ``kafka.timestamp.attribute`` parsed like Java ``Long.valueOf`` (any
+  Unicode decimal digit counts: ``"١٢٣"`` is 123); when it is missing or not a long, the publish
+  time in ms. ``-1`` is Kafka's "no timestamp": Connect then lets the producer stamp the record
+  with its clock, and so does this (a null outbox timestamp). *Divergence*: any other value outside
   ``0 ≤ ts ≤ 253402300799999`` (9999-12-31T23:59:59.999Z) makes the message a dead-letter row
-  (:class:`InvalidTimestampError`): Kafka rejects negative timestamps, which crashes the original
-  task, and later years cannot be represented by Spark/Python readers of the outbox.
+  (:class:`InvalidTimestampError`): Connect rejects negative timestamps, which crashes the original
+  task, and later years cannot be represented by Spark/Python readers of the outbox. *Limitation*:
+  a timestamp of exactly 0 reaches Kafka as the produce time, because the transactional producer
+  (librdkafka) reads 0 as "now"; the original writes 0.
 * **Custom attributes** exist when an attribute other than the key and timestamp attributes is
   present, or the ordering key is non-empty and ``cps.makeOrderingKeyAttribute=true``.
   Without them the value is the data bytes. With them and ``kafka.record.headers=true`` the value is
@@ -34,9 +44,18 @@ Behaviour, as Google's connector unless marked *divergence*:
   throws inside ``poll()``, logs "treating as an empty poll" and never acks, so the message is
   redelivered forever; here it becomes a dead-letter row (:class:`DuplicateFieldError`). Headers
   may repeat, so headers mode has no such error.
-* **BYTES values are not run through the value converter**: the data bytes are the Kafka value,
-  whatever ``value.converter`` is, as this project specifies (the original would wrap them in a JSON
-  envelope under ``JsonConverter``). Only the STRUCT goes through the converter.
+* **BYTES values go through the value converter** like every value the original's worker writes
+  (:func:`serialize_bytes_value`): ``ByteArrayConverter`` writes the data as is, ``JsonConverter``
+  a base64 JSON string (with schemas inside ``{"schema":{"type":"bytes","optional":false},
+  "payload":…}``). *Divergence*: ``StringConverter`` writes Java's ``byte[].toString()`` there
+  (``[B@`` and an identity hash: the data is lost); here the data bytes are written as is. The
+  number and boolean converters cannot write BYTES or STRUCT values (the original's task fails on
+  the first record): rejected at start-up (:func:`check_value_converter`).
+* **JSON text** (JsonConverter keys and struct values) is byte for byte Kafka's: Jackson's string
+  escaping, and a character outside the BMP (an emoji) as its two escaped UTF-16 halves
+  (``\\uD83D\\uDE00``), not as 4 UTF-8 bytes.
+* **Headers** are what Connect's default ``header.converter`` (``SimpleHeaderConverter``) writes
+  for the original's STRING headers: the UTF-8 bytes of the value.
 * **Partitions** (``kafka.partition.scheme``): see :func:`select_partition` and
   :func:`partition_for_hash`; ``hash_value`` hashes the data bytes (*divergence*: the original
   hashes a JVM identity, i.e. is random).
@@ -52,13 +71,23 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import unicodedata
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.connect import BYTES, STRING, DataError, Field, Schema, Struct, Type
-from pubsub_connect.model.converters import JSON_CONVERTER, Converter, make_converter
+from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, STRING, DataError, Field, Schema, Struct, Type
+from pubsub_connect.model.converters import (
+    BOOLEAN_CONVERTER,
+    BYTE_ARRAY_CONVERTER,
+    JSON_CONVERTER,
+    NUMBER_CONVERTER_TYPES,
+    Converter,
+    escape_supplementary_as_jackson,
+    make_converter,
+    schema_to_json,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -82,6 +111,8 @@ KAFKA_PARTITIONER = "kafka_partitioner"
 ORDERING_KEY = "ordering_key"
 PARTITION_SCHEMES = (ROUND_ROBIN, HASH_KEY, HASH_VALUE, KAFKA_PARTITIONER, ORDERING_KEY)
 
+#: Kafka's "no timestamp" (``RecordBatch.NO_TIMESTAMP``): Connect turns it into a null timestamp.
+NO_TIMESTAMP = -1
 #: Largest accepted timestamp: 9999-12-31T23:59:59.999Z in epoch ms.
 MAX_TIMESTAMP_MS = 253_402_300_799_999
 
@@ -94,10 +125,26 @@ _INT_MIN = -(1 << 31)
 _MASK32 = 0xFFFFFFFF
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
-#: Java ``Long.valueOf`` syntax restricted to ASCII digits. ``\Z`` (Python) / ``\z`` (Java, used
-#: in Spark) anchor at the very end: ``$`` would accept a trailing newline that Java rejects.
+#: Java ``Long.valueOf`` syntax, checked after other decimal digits became ASCII (see
+#: :func:`_unicode_digits`). ``\Z`` (Python) / ``\z`` (Java, used in Spark) anchor at the very end:
+#: ``$`` would accept a trailing newline that Java rejects.
 _LONG_RE = re.compile(r"[+-]?[0-9]+\Z")
 _LONG_SQL_RE = r"^[+-]?[0-9]+\z"
+
+
+@functools.cache
+def _unicode_digits() -> tuple[str, str, dict[int, int]]:
+    """Every non-ASCII Unicode decimal digit (category Nd), its ASCII digit, and the table.
+
+    Java's ``Long.valueOf`` reads any of them through ``Character.digit`` (``"١٢٣"`` is 123), so
+    both paths map them to ASCII before the syntax check. Follows this Python's Unicode version
+    (Java 17's is older: a digit added since is a digit here only). Built on first use (a scan of
+    every code point, ~0.3 s).
+    """
+    digits = "".join(chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Nd" and not 0x30 <= c <= 0x39)
+    ascii_digits = "".join(str(unicodedata.decimal(d)) for d in digits)
+    return digits, ascii_digits, str.maketrans(digits, ascii_digits)
+
 
 #: Output schema of :func:`to_kafka_outbox` (the Kafka outbox table contract).
 OUTBOX_COLUMNS = (
@@ -129,6 +176,12 @@ class InvalidTimestampError(DataError):
     error_class = "InvalidTimestampError"
 
 
+class KeyConverterError(DataError):
+    """``key.converter`` is a number or boolean converter and the message has a (string) key."""
+
+    error_class = "KeyConverterError"
+
+
 class DuplicateFieldError(DataError):
     """An attribute would become a second struct field named ``message`` or ``orderingKey``."""
 
@@ -139,6 +192,14 @@ def _timestamp_error_message(attribute: str, value: int | str) -> str:
     return (
         f"kafka.timestamp.attribute '{attribute}' = {value} is outside the Kafka timestamp range "
         f"0..{MAX_TIMESTAMP_MS} ms"
+    )
+
+
+def _key_converter_message(converter: str) -> str:
+    short = converter.rsplit(".", 1)[-1]
+    return (
+        f"key.converter={short} cannot write the message's key, a string; "
+        "use StringConverter or JsonConverter, or unset kafka.key.attribute"
     )
 
 
@@ -170,6 +231,10 @@ class CpsSourceSettings:
     partition_count: int = 1
     value_converter: str = JSON_CONVERTER
     value_schemas_enable: bool = True
+    #: ``ByteArrayConverter`` (Connect's default) writes the key as UTF-8 here: see the module
+    #: docstring for why that differs from the original.
+    key_converter: str = BYTE_ARRAY_CONVERTER
+    key_schemas_enable: bool = True
 
     def __post_init__(self) -> None:
         if self.partition_scheme not in PARTITION_SCHEMES:
@@ -285,8 +350,12 @@ def partition_for_hash(h: int, count: int) -> int:
 
 
 def parse_java_long(value: str | None) -> int | None:
-    """``Long.valueOf(value)`` or None where Java throws (not a number, overflow, whitespace)."""
-    if value is None or not _LONG_RE.match(value):
+    """``Long.valueOf(value)`` or None where Java throws (not a number, overflow, whitespace).
+    Any Unicode decimal digit counts, as in Java."""
+    if value is None:
+        return None
+    value = value.translate(_unicode_digits()[2])
+    if not _LONG_RE.match(value):
         return None
     parsed = int(value)
     return parsed if _LONG_MIN <= parsed <= _LONG_MAX else None
@@ -302,10 +371,13 @@ def record_key(msg: PubsubReceived, settings: CpsSourceSettings) -> str | None:
 
 
 def record_timestamp_ms(msg: PubsubReceived, settings: CpsSourceSettings) -> int | None:
-    """Timestamp attribute as a long, else the publish time; raises :class:`InvalidTimestampError`."""
+    """Timestamp attribute as a long, else the publish time; None for ``-1`` (Kafka's "no
+    timestamp": the producer's clock). Raises :class:`InvalidTimestampError`."""
     attribute = settings.kafka_timestamp_attribute
     if attribute is not None:
         parsed = parse_java_long(msg.attributes.get(attribute))
+        if parsed == NO_TIMESTAMP:
+            return None
         if parsed is not None:
             if not 0 <= parsed <= MAX_TIMESTAMP_MS:
                 raise InvalidTimestampError(_timestamp_error_message(attribute, parsed))
@@ -396,15 +468,15 @@ def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_ro
     key = record_key(msg, settings)
     timestamp_ms = record_timestamp_ms(msg, settings)
     headers: list[tuple[str, bytes]] = []
-    value: bytes | None = msg.data
-    if has_custom_attributes(msg, settings):
-        if settings.kafka_record_headers:
+    value: bytes | None
+    if has_custom_attributes(msg, settings) and not settings.kafka_record_headers:
+        value = serialize_struct(value_struct(msg, settings), settings)
+    else:
+        value = serialize_bytes_value(msg.data, settings)
+        if has_custom_attributes(msg, settings):
             headers = record_headers(msg, settings)
-        else:
-            struct = value_struct(msg, settings)
-            value = serialize_struct(struct, settings)
     return KafkaOutRecord(
-        key=None if key is None else key.encode("utf-8"),
+        key=serialize_key(key, settings),
         value=value,
         headers=headers,
         partition=select_partition(msg, key, settings, round_robin_counter),
@@ -481,23 +553,64 @@ def _converter(class_name: str, schemas_enable: bool) -> Converter:
 def check_value_converter(settings: CpsSourceSettings) -> None:
     """Start-up check, called by the pipeline before the first batch.
 
-    With ``kafka.record.headers=false`` every message with custom attributes becomes a STRUCT
-    value, and of the supported converters only JsonConverter can write one (ByteArrayConverter,
-    StringConverter and the number/boolean converters cannot). Failing at start-up with one clear
-    line beats dead-lettering every such message later. With headers on, values are always the
-    data bytes and the converter is not used.
+    Values are BYTES (the data) or, with ``kafka.record.headers=false`` and custom attributes,
+    STRUCTs. The number and boolean converters can write neither (the original's task fails on
+    its first record); of the others only JsonConverter can write a STRUCT (ByteArrayConverter
+    fails the original's task, StringConverter writes Java's ``Struct.toString()``, which has
+    ``[B@…`` in place of the data). Failing at start-up with one clear line beats failing or
+    dead-lettering messages later. Also checks that ``key.converter`` is known.
     """
+    for option, name, schemas in (
+        ("key.converter", settings.key_converter, settings.key_schemas_enable),
+        ("value.converter", settings.value_converter, settings.value_schemas_enable),
+    ):
+        try:
+            _converter(name, schemas)
+        except ValueError as exc:
+            raise UnsupportedConverterError(f"{option}: {exc}") from exc
+    converter = settings.value_converter
+    if converter in NUMBER_CONVERTER_TYPES or converter == BOOLEAN_CONVERTER:
+        raise UnsupportedConverterError(
+            f"value.converter={converter} cannot write the values of this connector (the message data, "
+            f"or a STRUCT with the attributes); use {BYTE_ARRAY_CONVERTER} or {JSON_CONVERTER}"
+        )
     if settings.kafka_record_headers:
         return
-    try:
-        _converter(settings.value_converter, settings.value_schemas_enable)
-    except ValueError as exc:
-        raise UnsupportedConverterError(f"value.converter: {exc}") from exc
     if settings.value_converter != JSON_CONVERTER:
         raise UnsupportedConverterError(
             f"value.converter={settings.value_converter} cannot write the STRUCT values produced for "
             f"messages with attributes; use {JSON_CONVERTER} or set kafka.record.headers=true"
         )
+
+
+def serialize_key(key: str | None, settings: CpsSourceSettings) -> bytes | None:
+    """The key as the original's worker writes it with ``key.converter`` (an ``OPTIONAL_STRING``).
+
+    ``ByteArrayConverter`` writes UTF-8 (*divergence*, see the module docstring); the number and
+    boolean converters raise :class:`KeyConverterError` for a key (a null key stays null, as
+    their serializers write it).
+    """
+    converter = settings.key_converter
+    if converter == JSON_CONVERTER:
+        out = _converter(converter, settings.key_schemas_enable).from_connect(OPTIONAL_STRING, key)
+        assert out is not None  # an OPTIONAL_STRING null is written as JSON null
+        return _as_kafka_json(out)
+    if key is None:
+        return None
+    if converter in NUMBER_CONVERTER_TYPES or converter == BOOLEAN_CONVERTER:
+        raise KeyConverterError(_key_converter_message(converter))
+    return key.encode("utf-8")
+
+
+def serialize_bytes_value(data: bytes, settings: CpsSourceSettings) -> bytes:
+    """A BYTES value (the data of a message without custom attributes, or with them in headers
+    mode) as the configured ``value.converter`` writes it; ``StringConverter`` writes the data as
+    is (*divergence*, see the module docstring)."""
+    if settings.value_converter == JSON_CONVERTER:
+        out = _converter(JSON_CONVERTER, settings.value_schemas_enable).from_connect(BYTES, data)
+        assert out is not None  # a non-null value always serializes to bytes
+        return out
+    return data
 
 
 def serialize_struct(struct: Struct, settings: CpsSourceSettings) -> bytes:
@@ -506,7 +619,12 @@ def serialize_struct(struct: Struct, settings: CpsSourceSettings) -> bytes:
     out = _converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
     if out is None:  # pragma: no cover - a struct value is never null
         raise DataError("value converter returned null for a struct")
-    return bytes(out)
+    return _as_kafka_json(bytes(out))
+
+
+def _as_kafka_json(json_bytes: bytes) -> bytes:
+    """JsonConverter output with characters outside the BMP escaped as Kafka's serializer does."""
+    return escape_supplementary_as_jackson(json_bytes.decode("utf-8")).encode("utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -675,6 +793,71 @@ def _json_inner(js: Column) -> Column:
     return F.substring(js, F.lit(2), F.length(js) - 2)
 
 
+def _base64_col(data: Column) -> Column:
+    """Base64 of a binary column as Jackson writes it in JSON (one line)."""
+    from pyspark.sql import functions as F
+
+    # Spark may chunk base64 with CRLF (spark.sql.chunkBase64String.enabled); Jackson never does.
+    # CR/LF are not in the base64 alphabet, so removing them is exact.
+    return F.replace(F.base64(data), F.lit("\r\n"), F.lit(""))
+
+
+#: Java regex of one character outside the BMP (Spark's ``rlike`` is java.util.regex).
+_SUPPLEMENTARY_SQL_RE = "[\\x{10000}-\\x{10FFFF}]"
+
+
+def _jackson_escapes_col(json_text: Column) -> Column:
+    """:func:`~pubsub_connect.model.converters.escape_supplementary_as_jackson` as a Spark
+    expression: characters outside the BMP become ``\\uXXXX\\uXXXX`` (upper-case hex).
+
+    Spark's ``to_json`` writes them as UTF-8, Kafka's JsonConverter as escapes. Rows without such a
+    character (almost all) only pay the ``rlike``; the others are split into characters (Java's
+    ``.`` matches a whole surrogate pair) and each 4-byte one is replaced by the hex of its UTF-16
+    halves. Apply to attribute/key JSON only, never to the base64 of the data (ASCII anyway).
+    """
+    from pyspark.sql import functions as F
+
+    def escape(c: Column) -> Column:
+        units = F.hex(F.encode(c, "UTF-16BE"))
+        pair = F.concat(F.lit("\\u"), F.substring(units, 1, 4), F.lit("\\u"), F.substring(units, 5, 4))
+        return F.when(F.octet_length(c) == F.lit(4), pair).otherwise(c)
+
+    characters = F.regexp_extract_all(json_text, F.lit("(?s)(.)"), 1)
+    escaped = F.array_join(F.transform(characters, escape), "")
+    return F.when(json_text.rlike(_SUPPLEMENTARY_SQL_RE), escaped).otherwise(json_text)
+
+
+def _json_envelope_col(schema: Schema, payload: Column, schemas: bool) -> Column:
+    """JsonConverter bytes of a value with a fixed ``schema`` from its JSON ``payload`` text."""
+    from pyspark.sql import functions as F
+
+    if not schemas:
+        return F.encode(payload, "UTF-8")
+    return F.encode(F.concat(F.lit(f'{{"schema":{schema_to_json(schema)},"payload":'), payload, F.lit("}")), "UTF-8")
+
+
+def key_col(key: Column, settings: CpsSourceSettings) -> Column:
+    """:func:`serialize_key` as a Spark expression over the string key (without its error case:
+    a number/boolean converter's key is checked separately)."""
+    from pyspark.sql import functions as F
+
+    if settings.key_converter == JSON_CONVERTER:
+        # to_json of a one-element array is Jackson's text of the string (or ``null``) in brackets.
+        payload = _jackson_escapes_col(_json_inner(F.to_json(F.array(key))))
+        return _json_envelope_col(OPTIONAL_STRING, payload, settings.key_schemas_enable)
+    return F.encode(key, "UTF-8")
+
+
+def bytes_value_col(data: Column, settings: CpsSourceSettings) -> Column:
+    """:func:`serialize_bytes_value` as a Spark expression over the binary data."""
+    from pyspark.sql import functions as F
+
+    if settings.value_converter == JSON_CONVERTER:
+        payload = F.concat(F.lit('"'), _base64_col(data), F.lit('"'))
+        return _json_envelope_col(BYTES, payload, settings.value_schemas_enable)
+    return data
+
+
 def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: Column, schemas: bool) -> Column:
     """JsonConverter bytes of the STRUCT value, from the sorted carried attribute ``entries``.
 
@@ -691,16 +874,18 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
         type_, optional = ATTRIBUTE_FIELD_SCHEMA.type.value, str(ATTRIBUTE_FIELD_SCHEMA.optional).lower()
         return f'{{"type":"{type_}","optional":{optional},"field":{json_name}}}'
 
-    # Spark may chunk base64 with CRLF (spark.sql.chunkBase64String.enabled); Jackson never does.
-    # CR/LF are not in the base64 alphabet, so removing them is exact.
-    b64 = F.replace(F.base64(data), F.lit("\r\n"), F.lit(""))
+    b64 = _base64_col(data)
     has_attributes = F.size(entries) > 0
     attributes = F.when(
-        has_attributes, F.concat(F.lit(","), _json_inner(F.to_json(F.map_from_entries(entries))))
+        has_attributes,
+        F.concat(F.lit(","), _jackson_escapes_col(_json_inner(F.to_json(F.map_from_entries(entries))))),
     ).otherwise(F.lit(""))
     ordering = F.when(
         made,
-        F.concat(F.lit(f',"{ORDERING_KEY_ATTRIBUTE}":'), _json_inner(F.to_json(F.array(ordering_key)))),
+        F.concat(
+            F.lit(f',"{ORDERING_KEY_ATTRIBUTE}":'),
+            _jackson_escapes_col(_json_inner(F.to_json(F.array(ordering_key)))),
+        ),
     ).otherwise(F.lit(""))
     payload = F.concat(F.lit(f'{{"{MESSAGE_FIELD}":"'), b64, F.lit('"'), attributes, ordering, F.lit("}"))
     if not schemas:
@@ -710,7 +895,11 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
         has_attributes,
         F.concat(
             F.lit(","),
-            _json_inner(F.regexp_replace(F.to_json(entries["key"]), _JSON_STRING_RE, attribute_field("$0"))),
+            _json_inner(
+                F.regexp_replace(
+                    _jackson_escapes_col(F.to_json(entries["key"])), _JSON_STRING_RE, attribute_field("$0")
+                )
+            ),
         ),
     ).otherwise(F.lit(""))
     ordering_field = F.when(made, F.lit("," + attribute_field(f'"{ORDERING_KEY_ATTRIBUTE}"'))).otherwise(F.lit(""))
@@ -755,7 +944,8 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     else:
         key = F.try_element_at(attrs, F.lit(s.kafka_key_attribute))
     if s.kafka_timestamp_attribute is not None:
-        raw_ts = F.try_element_at(attrs, F.lit(s.kafka_timestamp_attribute))
+        digits, ascii_digits, _ = _unicode_digits()
+        raw_ts = F.translate(F.try_element_at(attrs, F.lit(s.kafka_timestamp_attribute)), digits, ascii_digits)
         parsed_ts = F.when(raw_ts.rlike(_LONG_SQL_RE), raw_ts.try_cast("bigint"))
     else:
         parsed_ts = F.lit(None).cast("bigint")
@@ -782,7 +972,7 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     df = df.select(
         "*",
         custom.alias("_custom"),
-        (parsed.isNotNull() & ((parsed < 0) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
+        (parsed.isNotNull() & ((parsed < NO_TIMESTAMP) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
         (clash if struct_mode else F.lit(None).cast("string")).alias("_clash"),
     )
 
@@ -793,15 +983,21 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     )
     ts_prefix, ts_suffix = _timestamp_error_message(s.kafka_timestamp_attribute or "", "\0").split("\0")
     dup_parts = _duplicate_field_message("\0").split("\0")
-    error_class = F.when(bad_ts, F.lit(InvalidTimestampError.error_class)).when(
-        duplicate, F.lit(DuplicateFieldError.error_class)
+    key_unwritable = s.key_converter in NUMBER_CONVERTER_TYPES or s.key_converter == BOOLEAN_CONVERTER
+    bad_key = F.col("_key").isNotNull() & F.lit(key_unwritable)
+    error_class = (
+        F.when(bad_ts, F.lit(InvalidTimestampError.error_class))
+        .when(duplicate, F.lit(DuplicateFieldError.error_class))
+        .when(bad_key, F.lit(KeyConverterError.error_class))
     )
-    error_message = F.when(bad_ts, F.concat(F.lit(ts_prefix), parsed.cast("string"), F.lit(ts_suffix))).when(
-        duplicate, F.concat(F.lit(dup_parts[0]), clash, F.lit(dup_parts[1]), clash, F.lit(dup_parts[2]))
+    error_message = (
+        F.when(bad_ts, F.concat(F.lit(ts_prefix), parsed.cast("string"), F.lit(ts_suffix)))
+        .when(duplicate, F.concat(F.lit(dup_parts[0]), clash, F.lit(dup_parts[1]), clash, F.lit(dup_parts[2])))
+        .when(bad_key, F.lit(_key_converter_message(s.key_converter)))
     )
     df = df.select(
         "*",
-        F.coalesce(parsed, F.col("_publish_ms")).alias("_ts_ms"),
+        F.when(parsed != F.lit(NO_TIMESTAMP), parsed).when(parsed.isNull(), F.col("_publish_ms")).alias("_ts_ms"),
         error_class.alias("error_class"),
         error_message.alias("error_message"),
     )
@@ -817,9 +1013,9 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         headers = empty_headers
         needs_struct = F.col("_custom") & ok_error
         struct_value = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, s.value_schemas_enable)
-        value = F.when(needs_struct, struct_value).otherwise(data)
+        value = F.when(needs_struct, struct_value).otherwise(bytes_value_col(data, s))
     else:
-        value = data
+        value = bytes_value_col(data, s)
         carried = F.transform(
             F.col("_entries"),
             lambda e: F.struct(e["key"].alias("key"), F.encode(e["value"], "UTF-8").alias("value")),
@@ -849,8 +1045,9 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         rr = F.lit(False)
 
     return df.select(
-        F.col("_key").cast("binary").alias("key"),
-        value.alias("value"),
+        # Dead-letter rows keep the key's UTF-8 and the raw data, whatever the converters.
+        F.when(ok_error, key_col(F.col("_key"), s)).otherwise(F.encode(F.col("_key"), "UTF-8")).alias("key"),
+        F.when(ok_error, value).otherwise(data).alias("value"),
         headers.alias("headers"),
         F.when(ok_error, fixed).cast("int").alias("_partition_fixed"),
         F.timestamp_millis(F.when(ok_error, F.col("_ts_ms"))).alias("timestamp"),

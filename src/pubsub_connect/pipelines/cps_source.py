@@ -61,11 +61,13 @@ def source_settings(config: ConnectorConfig) -> CpsSourceSettings:
         partition_count=int(config.get("kafka.partition.count")),
         value_converter=str(config.get("value.converter")),
         value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
+        key_converter=str(config.get("key.converter")),
+        key_schemas_enable=bool(config.get("key.converter.schemas.enable")),
     )
 
 
 def check_settings(config: ConnectorConfig) -> CpsSourceSettings:
-    """Start-up check: a struct value needs a converter that can write one."""
+    """Start-up check: the converters must be able to write this connector's keys and values."""
     settings = source_settings(config)
     try:
         check_value_converter(settings)
