@@ -47,7 +47,8 @@ def test_bytes_values_with_key_metadata_and_headers(spark, kafka_bootstrap: str,
     assert all(int(m.attributes.pop("kafka.timestamp")) > 1_600_000_000_000 for m in pulled)
     common = {"kafka.topic": unique_name}
     assert (got["2", "0"].data, got["2", "0"].attributes) == (
-        b"fox", {**common, "key": "dog", "kafka.partition": "2", "kafka.offset": "0", "h1": "v1"})  # bad UTF-8 skipped
+        b"fox", {**common, "key": "dog", "kafka.partition": "2", "kafka.offset": "0", "h1": "v1",
+                 "bad": "\ufffd\ufffd"})  # bad UTF-8 as U+FFFD, like Connect's header converters
     # null key and value: metadata attributes alone make it a message with an empty body
     assert (got["2", "1"].data, got["2", "1"].attributes) == (
         b"", {**common, "kafka.partition": "2", "kafka.offset": "1"})

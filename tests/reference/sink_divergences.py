@@ -75,10 +75,19 @@ def number_body_lost(scenario: Scenario, record: Rec, field: str, google: Any, o
     return False
 
 
+def _envelope(record: Rec) -> dict[str, Any]:
+    """The record's value as a JSON envelope, or ``{}`` (schemaless JSON, or not JSON)."""
+    try:
+        envelope = json.loads(record.value or b"null")
+    except ValueError:
+        return {}
+    return envelope if isinstance(envelope, dict) and "schema" in envelope else {}
+
+
 def _body(scenario: Scenario, record: Rec) -> tuple[dict[str, Any], Any]:
     """The schema and payload that make a JSON envelope's message body: the envelope's own, or
     for a struct the ``messageBodyName`` field's."""
-    envelope = json.loads(record.value or b"null") or {}
+    envelope = _envelope(record)
     schema, payload = envelope.get("schema") or {}, envelope.get("payload")
     if schema.get("type") == "struct" and isinstance(payload, dict):
         body_name = scenario.settings.get("messageBodyName", "cps_message_body")
@@ -94,7 +103,7 @@ def bytes_field_identity_hash(scenario: Scenario, record: Rec, field: str, googl
     ``byte[].toString()``, ours the bytes' UTF-8 text."""
     if field != "attributes" or scenario.settings.get("value.converter") != JSON or not google:
         return False
-    envelope = json.loads(record.value or b"null") or {}
+    envelope = _envelope(record)
     fields = {f["field"]: f for f in (envelope.get("schema") or {}).get("fields", [])}
     for name, value in google.items():
         if value != "[B@<identity>" or fields.get(name, {}).get("type") != "bytes":

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from google.api_core import exceptions as gexc
 
 from e2e.harness import run_once, sink_config
 from integration.kafka_helpers import create_topic, end_offsets, produce
@@ -69,21 +68,25 @@ def _wait_committed(bootstrap: str, group: str, topic: str, check: Callable[[], 
 
 
 def _drain(subscription: str, batch: int = 100) -> list[Received]:
-    """Every message in ``subscription``, acknowledged: pulled until a pull comes back empty. Only
-    called once the publisher is known to be done (its publishes all completed)."""
+    """Every message in ``subscription``, acknowledged: pulled until three answers in a row come
+    back empty. Only called once the publisher is known to be done (its publishes completed)."""
     client, path = subscriber(), subscription_path(subscription)
     got: list[Received] = []
-    while True:
-        try:
-            response = client.pull(request={"subscription": path, "max_messages": batch}, timeout=10)
-        except gexc.DeadlineExceeded:
-            return got
+    empty_answers = 0
+    while empty_answers < 3:
+        # return_immediately: an empty answer at once when nothing is left (else the emulator
+        # holds the pull open until its deadline).
+        response = client.pull(request={"subscription": path, "max_messages": batch, "return_immediately": True},
+                               timeout=30)
         if not response.received_messages:
-            return got
+            empty_answers += 1
+            continue
+        empty_answers = 0
         client.acknowledge(request={"subscription": path,
                                     "ack_ids": [r.ack_id for r in response.received_messages]})
         got.extend(Received(r.message.data, dict(r.message.attributes), r.message.ordering_key)
                    for r in response.received_messages)
+    return got
 
 
 _IDENTITY_HASH = re.compile(r"\[B@[0-9a-f]+")
@@ -234,7 +237,7 @@ GOOGLE_ON_FAILING: dict[str, object] = {
     "null-header-text": 'stops: java.lang.NullPointerException: Cannot invoke "Object.toString()" because the return '
                         'value of "org.apache.kafka.connect.header.Header.value()" is null',
     # Pub/Sub refuses more than 100 attributes; the emulator takes them.
-    "101-attributes": [(b"v", (("key", "k"), *((f"h{i:03d}", "x") for i in range(101))), "")],
+    "101-attributes": [(b"v", (*((f"h{i:03d}", "x") for i in range(101)), ("key", "k")), "")],
     # Pub/Sub refuses a message with neither data nor attributes: every offset commit fails.
     "empty-message": "stuck: io.grpc.StatusRuntimeException: INVALID_ARGUMENT: Some messages are empty",
     # Pub/Sub refuses a message over 10 MB; the emulator takes it.
@@ -297,7 +300,8 @@ def _google_outcome(connect: ConnectStandalone, bootstrap: str, name: str, topic
             log = connect.log_path.read_text(errors="replace")
             if commit_failure in log:
                 trace = log[log.index(commit_failure):].split("\n[", 1)[0]
-                return "stuck: " + trace.strip().splitlines()[-1].removeprefix("Caused by: ").strip()
+                causes = [line for line in trace.splitlines() if line.startswith("Caused by: ")]
+                return "stuck: " + (causes[-1] if causes else trace.splitlines()[0]).removeprefix("Caused by: ")
             committed = consumer.committed([TopicPartition(topic, p) for p in ends], timeout=10)
             if all(tp.offset >= ends[tp.partition] for tp in committed):
                 return "published"
