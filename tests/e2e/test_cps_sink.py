@@ -62,6 +62,24 @@ def test_bytes_values_with_key_metadata_and_headers(spark, kafka_bootstrap: str,
     assert any(f"[{unique_name}.publish]" in line and "records=4" in line for line in lines), lines
 
 
+def test_a_record_with_nothing_to_publish_leaves_a_warning(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                          unique_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    """No value and no attributes: not published (Pub/Sub refuses an empty message), like the
+    original, and a warning names the record; the records around it flow."""
+    create_topic(kafka_bootstrap, unique_name)
+    produce(kafka_bootstrap, unique_name, [Rec(b"before"), Rec(None), Rec(b"after", key=b"k")])
+    _, subscription = create_topic_and_subscription(unique_name)
+    with caplog.at_level("WARNING", logger="pubsub_connect.pipelines.cps_sink"):
+        run_once(spark, kafka_bootstrap, tmp_path, sink_config(unique_name, unique_name, unique_name, **{
+            "key.converter": "org.apache.kafka.connect.storage.StringConverter"}))
+
+    assert sorted((m.data, m.attributes) for m in pull_all(subscription, 2, timeout=60)) == [
+        (b"after", {"key": "k"}), (b"before", {})]
+    assert_no_more_messages(subscription, wait=1.0)
+    assert [r.getMessage() for r in caplog.records if r.name == "pubsub_connect.pipelines.cps_sink"] == [
+        f"{unique_name}: record {unique_name}/0@1 has no value and no attributes: not published"]
+
+
 def test_json_with_schemas_follows_the_data_model(spark, kafka_bootstrap: str, tmp_path: Path,
                                                   unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name)
