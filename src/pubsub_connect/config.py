@@ -23,7 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, KNOWN_CONVERTERS
+from pubsub_connect.model.converters import (
+    BYTE_ARRAY_CONVERTER,
+    KNOWN_CONVERTERS,
+    KNOWN_HEADER_CONVERTERS,
+    SIMPLE_HEADER_CONVERTER,
+)
 
 log = logging.getLogger(__name__)
 
@@ -226,11 +231,8 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 
 #: The converters the data model implements (one table for validation and conversion).
 CONVERTERS = KNOWN_CONVERTERS
-#: Connect's default ``header.converter``.
-SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
-#: Header converters accepted (what each means per connector: the key's doc and the README).
-HEADER_CONVERTERS = (SIMPLE_HEADER_CONVERTER, "org.apache.kafka.connect.storage.StringConverter",
-                     "org.apache.kafka.connect.converters.ByteArrayConverter")
+#: The header converters accepted (one table with the data model).
+HEADER_CONVERTERS = KNOWN_HEADER_CONVERTERS
 
 # Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).
 COMMON_KEYS: tuple[Key, ...] = (

@@ -49,7 +49,6 @@ PubSubMessage = common.PubSubMessage.pb()
 BYTES = "org.apache.kafka.connect.converters.ByteArrayConverter"
 STRING = "org.apache.kafka.connect.storage.StringConverter"
 JSON = "org.apache.kafka.connect.json.JsonConverter"
-SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
 PARTITIONS = 3
 #: A fixed CreateTime base (2024-01-02T03:04:05.678Z): timestamps are part of what is compared.
 BASE_MS = 1_704_164_645_678

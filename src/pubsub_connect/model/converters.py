@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import math
 import re
@@ -50,6 +51,12 @@ LONG_CONVERTER = "org.apache.kafka.connect.converters.LongConverter"
 FLOAT_CONVERTER = "org.apache.kafka.connect.converters.FloatConverter"
 DOUBLE_CONVERTER = "org.apache.kafka.connect.converters.DoubleConverter"
 BOOLEAN_CONVERTER = "org.apache.kafka.connect.converters.BooleanConverter"
+
+#: Connect's default ``header.converter``: header text re-parsed (sinks) and BYTES headers written
+#: as Base64 text (sources).
+SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+#: Every accepted ``header.converter`` (what each means per connector: the config key's doc).
+KNOWN_HEADER_CONVERTERS: tuple[str, ...] = (SIMPLE_HEADER_CONVERTER, STRING_CONVERTER, BYTE_ARRAY_CONVERTER)
 
 #: Google's connector default for both ``key.converter`` and ``value.converter``.
 DEFAULT_CONVERTER = BYTE_ARRAY_CONVERTER
@@ -778,6 +785,13 @@ def make_converter(class_name: str, schemas_enable: bool = True) -> Converter:
     raise ValueError(f"unsupported converter {class_name!r}; supported: {', '.join(KNOWN_CONVERTERS)}")
 
 
+@functools.lru_cache(maxsize=32)
+def shared_converter(class_name: str, schemas_enable: bool = True) -> Converter:
+    """One converter per (class, schemas flag) in a process: what per-record code calls, so that
+    a converter (and the JSON schemas it caches) is built once, not for every record."""
+    return make_converter(class_name, schemas_enable)
+
+
 __all__ = [
     "BOOLEAN_CONVERTER",
     "BYTE_ARRAY_CONVERTER",
@@ -805,6 +819,7 @@ __all__ = [
     "java_text",
     "make_converter",
     "schema_to_json",
+    "shared_converter",
     "to_float32",
     "utf8",
 ]

@@ -83,10 +83,9 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
-    Converter,
     escape_supplementary_as_jackson,
-    make_converter,
     schema_to_json,
+    shared_converter,
 )
 
 if TYPE_CHECKING:
@@ -545,11 +544,6 @@ def reference_outbox(
 # ---------------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=16)
-def _converter(class_name: str, schemas_enable: bool) -> Converter:
-    return make_converter(class_name, schemas_enable)
-
-
 def check_value_converter(settings: CpsSourceSettings) -> None:
     """Start-up check, called by the pipeline before the first batch.
 
@@ -565,7 +559,7 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
         ("value.converter", settings.value_converter, settings.value_schemas_enable),
     ):
         try:
-            _converter(name, schemas)
+            shared_converter(name, schemas)
         except ValueError as exc:
             raise UnsupportedConverterError(f"{option}: {exc}") from exc
     converter = settings.value_converter
@@ -592,7 +586,7 @@ def serialize_key(key: str | None, settings: CpsSourceSettings) -> bytes | None:
     """
     converter = settings.key_converter
     if converter == JSON_CONVERTER:
-        out = _converter(converter, settings.key_schemas_enable).from_connect(OPTIONAL_STRING, key)
+        out = shared_converter(converter, settings.key_schemas_enable).from_connect(OPTIONAL_STRING, key)
         assert out is not None  # an OPTIONAL_STRING null is written as JSON null
         return _as_kafka_json(out)
     if key is None:
@@ -607,7 +601,7 @@ def serialize_bytes_value(data: bytes, settings: CpsSourceSettings) -> bytes:
     mode) as the configured ``value.converter`` writes it; ``StringConverter`` writes the data as
     is (*divergence*, see the module docstring)."""
     if settings.value_converter == JSON_CONVERTER:
-        out = _converter(JSON_CONVERTER, settings.value_schemas_enable).from_connect(BYTES, data)
+        out = shared_converter(JSON_CONVERTER, settings.value_schemas_enable).from_connect(BYTES, data)
         assert out is not None  # a non-null value always serializes to bytes
         return out
     return data
@@ -616,7 +610,7 @@ def serialize_bytes_value(data: bytes, settings: CpsSourceSettings) -> bytes:
 def serialize_struct(struct: Struct, settings: CpsSourceSettings) -> bytes:
     """The STRUCT value as the configured ``value.converter`` (``model/converters.py``) writes it."""
     check_value_converter(settings)
-    out = _converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
+    out = shared_converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
     if out is None:  # pragma: no cover - a struct value is never null
         raise DataError("value converter returned null for a struct")
     return _as_kafka_json(bytes(out))

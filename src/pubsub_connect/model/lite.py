@@ -61,10 +61,11 @@ from google.protobuf import struct_pb2
 from pubsub_connect.model.connect import DataError, Schema, SchemaAndValue, Struct, Type
 from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
+    SIMPLE_HEADER_CONVERTER,
     JsonConverter,
     StringConverter,
     java_text,
-    make_converter,
+    shared_converter,
     utf8,
 )
 from pubsub_connect.model.javatext import java_double_to_string, to_float32
@@ -418,8 +419,8 @@ class KafkaSourceRecord:
     partition: int | None = None
 
 
-#: Kafka Connect's default ``header.converter``: it writes a BYTES header as Base64 text.
-SIMPLE_HEADER_CONVERTER = "org.apache.kafka.connect.storage.SimpleHeaderConverter"
+#: The header converters the Lite source implements: Connect's default writes a BYTES header as
+#: Base64 text, ByteArrayConverter keeps the bytes.
 LITE_SOURCE_HEADER_CONVERTERS = (SIMPLE_HEADER_CONVERTER, BYTE_ARRAY_CONVERTER)
 #: The schemas Google's source task gives the key (``OPTIONAL_BYTES_SCHEMA``) and the value
 #: (``BYTES_SCHEMA``) of each record: the worker's converters serialize them with these.
@@ -475,10 +476,10 @@ class LiteSourceConverters:
 
     def key(self, key: bytes | None) -> bytes | None:
         """The Kafka key bytes for a Lite key already mapped to None when empty."""
-        return make_converter(self.key_converter, self.key_schemas_enable).from_connect(SOURCE_KEY_SCHEMA, key)
+        return shared_converter(self.key_converter, self.key_schemas_enable).from_connect(SOURCE_KEY_SCHEMA, key)
 
     def value(self, data: bytes) -> bytes | None:
-        return make_converter(self.value_converter, self.value_schemas_enable).from_connect(SOURCE_VALUE_SCHEMA, data)
+        return shared_converter(self.value_converter, self.value_schemas_enable).from_connect(SOURCE_VALUE_SCHEMA, data)
 
     def header(self, value: bytes) -> bytes:
         """``SimpleHeaderConverter`` prints a BYTES header as Base64 text (``Values.convertToString``)."""
