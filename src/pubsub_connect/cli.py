@@ -53,6 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--stage", action="append", default=[],
                      help="run only this stage (repeatable), e.g. ingest, convert, publish")
 
+    pipeline = sub.add_parser("pipeline", help="a connector as a Lakeflow Declarative Pipeline, run locally")
+    pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True)
+    pipeline_run = pipeline_sub.add_parser(
+        "run", help="pull (source connectors) -> pipeline update (bronze, outbox, dlq) -> publish/produce")
+    pipeline_run.add_argument("connector", metavar="CONNECTOR.properties", help="the connector's config file")
+    pipeline_run.add_argument("--worker", "-w", metavar="WORKER.properties",
+                              help="worker config (bootstrap.servers, storage.root, spark.*, …)")
+    pipeline_run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                              help="override a key; repeatable")
+    pipeline_run.add_argument("--once", action="store_true",
+                              help="one update with what is available, publish it, then exit")
+
     services = sub.add_parser("services", help="start/stop the embedded local services")
     services.add_argument("action", choices=("up", "down", "status"))
     services.add_argument("--only", default=",".join(svc.ALL_SERVICES),
@@ -162,6 +174,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pipeline(args: argparse.Namespace) -> int:
+    from pubsub_connect.lakeflow.local import run_pipeline
+    from pubsub_connect.pipelines.base import install_stop_signals
+
+    run_config = cfg.load([args.connector], args.worker, args.overrides)
+    _use_running_services(run_config.worker)
+    stop = threading.Event()
+    if not args.once:
+        install_stop_signals(stop)
+        print("running; press Ctrl-C to stop", flush=True)
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+
+    run_pipeline(run_config, args.connector, args.worker, args.overrides, args.once, emit, stop,
+                 quiet_failures=not args.debug)
+    print(f"[{run_config.connectors[0].name}] done" if args.once else "stopped", flush=True)
+    return 0
+
+
 def cmd_services(args: argparse.Namespace) -> int:
     root = Path(args.storage_root)
     names = tuple(n.strip() for n in args.only.split(",") if n.strip())
@@ -223,6 +255,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
 COMMANDS = {
     "validate": cmd_validate,
     "run": cmd_run,
+    "pipeline": cmd_pipeline,
     "services": cmd_services,
     "quickstart": cmd_quickstart,
     "jars": cmd_jars,

@@ -47,6 +47,14 @@ class TableRef:
             raise ValueError(f"table kind must be one of {KINDS}, got {self.kind!r}")
 
 
+def table_basename(table: TableRef) -> str:
+    """``<kind>_<connector>`` with the connector name made a valid table identifier: the name of
+    a connector's table in a catalog schema, for the jobs (Unity Catalog) and the declarative
+    pipelines alike."""
+    connector = table.connector.replace("-", "_").replace(".", "_")
+    return f"{table.kind}_{connector}"
+
+
 def _join(root: str, *parts: str) -> str:
     if "://" in root:
         return posixpath.join(root, *parts)
@@ -206,8 +214,7 @@ class SparkDeltaTableStore(TableStore):
     def table_name(self, table: TableRef) -> str | None:
         if not (self.catalog and self.schema):
             return None
-        connector = table.connector.replace("-", "_").replace(".", "_")
-        return f"`{self.catalog}`.`{self.schema}`.`{table.kind}_{connector}`"
+        return f"`{self.catalog}`.`{self.schema}`.`{table_basename(table)}`"
 
     def exists(self, table: TableRef) -> bool:
         name = self.table_name(table)
@@ -285,6 +292,24 @@ class SparkDeltaTableStore(TableStore):
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
         name = self.table_name(table)
         return reader.table(name.replace("`", "")) if name else reader.load(self.path(table))
+
+
+class PipelineTableStore(SparkDeltaTableStore):
+    """The tables of a connector run as a local declarative pipeline (``pubsub-connect pipeline
+    run``): the pipeline owns the tables it defines (``managed`` kinds), which live in its
+    warehouse as ``<warehouse>/<kind>_<connector>``; a table a job stage writes for it (the
+    source connectors' pulled bronze) and the job stages' checkpoints stay in the usual layout
+    under ``root``. Path-based, so the job stages need no access to the pipeline's metastore."""
+
+    def __init__(self, spark: SparkSession, root: str, warehouse: str, managed: frozenset[str]):
+        super().__init__(spark, root)
+        self.warehouse = warehouse
+        self.managed = managed
+
+    def path(self, table: TableRef) -> str:
+        if table.kind in self.managed:
+            return _join(self.warehouse, table_basename(table))
+        return super().path(table)
 
 
 #: The Delta log class: open-source Delta Lake, then the Databricks Runtime's.

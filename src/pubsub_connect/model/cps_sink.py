@@ -65,6 +65,7 @@ from pubsub_connect.model.converters import (
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 DEFAULT_MESSAGE_BODY_NAME = "cps_message_body"
 ORDERING_KEY_SOURCES = ("none", "key", "partition")
@@ -438,6 +439,22 @@ def outbox_ddl(with_skipped_headers: bool = False) -> str:
     return OUTBOX_DDL + (", skipped_headers int" if with_skipped_headers else "")
 
 
+def converted_schema(with_skipped_headers: bool = False) -> StructType:
+    """:data:`OUTBOX_DDL` as a ``StructType``: the outbox table's columns, then the raw key and
+    value and why a row failed. Given to ``mapInArrow`` as a type, not DDL text, since a Spark
+    Connect client (a declarative pipeline's) must ask the server to parse DDL, which a pipeline's
+    query function may not do."""
+    from pyspark.sql.types import BinaryType, IntegerType, StringType, StructField, StructType
+
+    from pubsub_connect.model.schemas import PUBSUB_OUTBOX
+
+    fields = [*PUBSUB_OUTBOX.fields, StructField("key", BinaryType()), StructField("value", BinaryType()),
+              StructField("error_class", StringType()), StructField("error_message", StringType())]
+    if with_skipped_headers:
+        fields.append(StructField("skipped_headers", IntegerType()))
+    return StructType(fields)
+
+
 def to_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, *, with_skipped_headers: bool = False) -> DataFrame:
     """Bronze rows (Spark's Kafka source columns) -> outbox rows (:data:`OUTBOX_DDL`).
 
@@ -451,9 +468,11 @@ def to_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, *, with_skipped_h
     columns = ["key", "value", "topic", "partition", "offset", "timestamp"]
     if settings.headers_publish:
         columns.append("headers")
-    return bronze_df.select(*columns).mapInArrow(
-        _ArrowMapper(settings, with_skipped_headers), outbox_ddl(with_skipped_headers)
-    )
+    from pubsub_connect.model.frames import map_in_arrow, schema_of
+    from pubsub_connect.model.schemas import KAFKA_BRONZE
+
+    return map_in_arrow(bronze_df.select(*columns), _ArrowMapper(settings, with_skipped_headers),
+                        converted_schema(with_skipped_headers), schema_of(KAFKA_BRONZE, columns))
 
 
 def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool) -> DataFrame:
@@ -678,24 +697,11 @@ class _ArrowMapper:
             yield map_arrow_batch(mapper, batch, self.with_skipped_headers)
 
 
+@lru_cache(maxsize=2)
 def _arrow_schema(with_skipped_headers: bool) -> pa.Schema:
-    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
 
-    fields = [
-        pa.field("data", pa.binary()),
-        pa.field("attributes", pa.map_(pa.string(), pa.string())),
-        pa.field("ordering_key", pa.string()),
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("error_class", pa.string()),
-        pa.field("error_message", pa.string()),
-    ]
-    if with_skipped_headers:
-        fields.append(pa.field("skipped_headers", pa.int32()))
-    return pa.schema(fields)
+    return to_arrow_schema(converted_schema(with_skipped_headers), timezone="UTC")
 
 
 def map_arrow_batch(mapper: CpsSinkMapper, batch: pa.RecordBatch, with_skipped_headers: bool = False) -> pa.RecordBatch:

@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 # ---------------------------------------------------------------------------------------------
 # Names and constants
@@ -909,24 +910,48 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
     return F.encode(envelope, "UTF-8")
 
 
-def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
-    """De-duplicated rows with every output column computed except the round-robin partition.
+def _staged_input() -> StructType:
+    """The columns `_staged` selects first (the Arrow hash step is told them, see `frames`)."""
+    from pyspark.sql.types import BinaryType, LongType, MapType, StringType, StructField, StructType, TimestampType
+
+    attributes = MapType(StringType(), StringType())
+    return StructType([
+        StructField("message_id", StringType()), StructField("_publish_time", TimestampType()),
+        StructField("_attributes", attributes), StructField("_subscription", StringType()),
+        StructField("_data", BinaryType()), StructField("_attrs", attributes), StructField("_ok", StringType()),
+        StructField("_publish_ms", LongType()),
+    ])
+
+
+def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
+    """Rows of unique messages with every output column computed except the round-robin partition.
 
     Helper columns: ``_rr`` (row takes the round-robin counter), ``_publish_ms`` and
-    ``message_id`` (its order), ``_partition_fixed`` (partition of the other schemes).
+    ``message_id`` (its order), ``_partition_fixed`` (partition of the other schemes), and
+    ``_publish_time``, ``_attributes``, ``_subscription`` carried through for the outbox and the
+    dead letters of a streaming conversion.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
 
     s = settings
     struct_mode = not s.kafka_record_headers
-    df = deduplicate_messages(bronze_df).select(
+    df = messages.select(
         F.col("message_id"),
+        F.col("publish_time").alias("_publish_time"),
+        F.col("attributes").alias("_attributes"),
+        F.col("subscription").alias("_subscription"),
         F.coalesce(F.col("data"), F.lit(b"")).alias("_data"),
         F.coalesce(F.col("attributes"), F.create_map().cast(_ATTRIBUTES_TYPE)).alias("_attrs"),
         F.coalesce(F.col("ordering_key"), F.lit("")).alias("_ok"),
         F.unix_millis(F.col("publish_time")).alias("_publish_ms"),
     )
+    if s.partition_scheme == HASH_VALUE:
+        from pubsub_connect.model.frames import map_in_arrow
+
+        input_schema = _staged_input()
+        with_hash = StructType([*input_schema.fields, StructField("_data_hash", IntegerType(), nullable=False)])
+        df = map_in_arrow(df, _append_data_hash, with_hash, input_schema)
     data, attrs, ok = F.col("_data"), F.col("_attrs"), F.col("_ok")
 
     # Computed in stages so that the expensive array expressions are materialised once per row
@@ -997,10 +1022,6 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     )
     ok_error = F.col("error_class").isNull()
 
-    if s.partition_scheme == HASH_VALUE:
-        # A new StructType: ``df.schema.add`` would mutate the DataFrame's cached schema.
-        out_schema = StructType([*df.schema.fields, StructField("_data_hash", IntegerType(), nullable=False)])
-        df = df.mapInArrow(_append_data_hash, out_schema)
 
     empty_headers = F.array().cast(HEADERS_TYPE)
     if struct_mode:
@@ -1050,6 +1071,9 @@ def _staged(bronze_df: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         F.col("error_message"),
         rr.alias("_rr"),
         F.col("_publish_ms"),
+        F.col("_publish_time"),
+        F.col("_attributes"),
+        F.col("_subscription"),
     )
 
 
@@ -1075,7 +1099,7 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
     from pyspark.sql import functions as F
 
     check_value_converter(settings)
-    staged = _staged(bronze_df, settings)
+    staged = _staged(deduplicate_messages(bronze_df), settings)
     partition = F.col("_partition_fixed")
     if settings.partition_scheme in (ROUND_ROBIN, ORDERING_KEY):
         # A global order needs one partition: every row passes through one task here. Joining back
@@ -1099,6 +1123,42 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
     )
 
 
+def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
+    """Pub/Sub bronze rows → Kafka outbox rows for a *streaming* conversion (a declarative
+    pipeline's streaming table), where neither a window over the batch nor a counter carried
+    from one micro-batch to the next exists.
+
+    ``messages`` must already hold one row per ``message_id`` (e.g. through
+    ``dropDuplicatesWithinWatermark``). Every column is computed as in :func:`to_kafka_outbox`,
+    except the partition of a row that takes the round-robin path (``round_robin``, and
+    ``ordering_key`` without an ordering key): ``pmod(xxhash64(message_id), kafka.partition.count)``,
+    which spreads messages as evenly as a counter but depends on nothing outside the row.
+
+    Columns: :data:`OUTBOX_COLUMNS` plus ``publish_time`` (for the outbox), and ``data``,
+    ``attributes``, ``subscription`` (for the dead letters: the message as received).
+    """
+    from pyspark.sql import functions as F
+
+    check_value_converter(settings)
+    staged = _staged(messages, settings)
+    spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
+    partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))
+    return staged.select(
+        "key",
+        "value",
+        "headers",
+        partition.cast("int").alias("partition"),
+        "timestamp",
+        "message_id",
+        F.col("error_class").cast("string"),
+        F.col("error_message").cast("string"),
+        F.col("_publish_time").alias("publish_time"),
+        F.col("value").alias("data"),
+        F.col("_attributes").alias("attributes"),
+        F.col("_subscription").alias("subscription"),
+    )
+
+
 def next_round_robin_counter(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int) -> int:
     """The counter after this batch (mod ``kafka.partition.count``): ``start_counter`` plus the
     rows that took the round-robin path. Runs a Spark count; not needed for other schemes."""
@@ -1106,5 +1166,5 @@ def next_round_robin_counter(bronze_df: DataFrame, settings: CpsSourceSettings, 
         return start_counter % settings.partition_count
     from pyspark.sql import functions as F
 
-    taken = _staged(bronze_df, settings).where(F.col("_rr")).count()
+    taken = _staged(deduplicate_messages(bronze_df), settings).where(F.col("_rr")).count()
     return (start_counter + taken) % settings.partition_count

@@ -129,12 +129,16 @@ class PipelineContext:
             raise ConnectorError(f"{config.name}: {exc}") from None
 
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
-        """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers and
-        its ``consumer.*`` / ``producer.*`` keys."""
-        options = {"kafka.bootstrap.servers": self.worker.bootstrap_servers}
-        for key, value in self.worker.client_conf(prefix).items():
-            options[f"kafka.{key}"] = value
-        return options
+        return kafka_client_options(self.worker, prefix)
+
+
+def kafka_client_options(worker: WorkerConfig, prefix: str) -> dict[str, str]:
+    """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers and
+    its ``consumer.*`` / ``producer.*`` keys."""
+    options = {"kafka.bootstrap.servers": worker.bootstrap_servers}
+    for key, value in worker.client_conf(prefix).items():
+        options[f"kafka.{key}"] = value
+    return options
 
 
 def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:

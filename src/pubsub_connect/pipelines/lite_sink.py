@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from pubsub_connect.config import BYTE_ARRAY_CONVERTER, ConnectorConfig
 from pubsub_connect.io.librdkafka import with_client_logger
@@ -42,7 +43,8 @@ from pubsub_connect.io.pubsublite import (
     topic_partition_count,
 )
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.lite import LITE_OUTBOX_DDL, outbox_messages, sink_outbox_batch
+from pubsub_connect.model.frames import map_in_arrow, schema_of
+from pubsub_connect.model.lite import outbox_messages, sink_outbox_batch
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line
 from pubsub_connect.pipelines.dead_letters import dead_letter
@@ -56,8 +58,12 @@ log = logging.getLogger(__name__)
 DEFAULT = "DEFAULT"
 KAFKA = "KAFKA"
 
-#: Output of the convert function: outbox columns, then why a row failed and its raw bytes.
-CONVERTED_DDL = f"{LITE_OUTBOX_DDL}, error_class string, error_message string, raw_key binary, raw_value binary"
+#: Output of the convert function: outbox columns, then why a row failed and its raw bytes. A
+#: type, not DDL text: a Spark Connect client (a declarative pipeline's) would have to ask the
+#: server to parse DDL, which a pipeline's query function may not do.
+CONVERTED = StructType([*LITE_OUTBOX.fields, StructField("error_class", StringType()),
+                        StructField("error_message", StringType()), StructField("raw_key", BinaryType()),
+                        StructField("raw_value", BinaryType())])
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
@@ -166,13 +172,10 @@ class ConvertPartition:
 
 
 def converted_arrow_schema() -> pa.Schema:
-    """The Arrow form of :data:`CONVERTED_DDL` (built without a SparkSession: runs in tasks)."""
+    """The Arrow form of :data:`CONVERTED` (built without a SparkSession: runs in tasks)."""
     from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
-    extra = [StructField("error_class", StringType()), StructField("error_message", StringType()),
-             StructField("raw_key", BinaryType()), StructField("raw_value", BinaryType())]
-    return to_arrow_schema(StructType([*LITE_OUTBOX.fields, *extra]), timezone="UTC")
+    return to_arrow_schema(CONVERTED, timezone="UTC")
 
 
 def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema) -> pa.RecordBatch:
@@ -189,10 +192,10 @@ def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema)
 
 
 def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
-    """One bronze micro-batch → converted rows (``CONVERTED_DDL``), split by :func:`split`."""
+    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split`."""
     fn = ConvertPartition(str(config.get("key.converter")), bool(config.get("key.converter.schemas.enable")),
                           str(config.get("value.converter")), bool(config.get("value.converter.schemas.enable")))
-    return bronze_batch.select(*_BRONZE_INPUT).mapInArrow(fn, CONVERTED_DDL)
+    return map_in_arrow(bronze_batch.select(*_BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
 
 
 def split(converted: DataFrame) -> tuple[DataFrame, DataFrame]:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pubsub_connect import config as cfg
-from pubsub_connect.io.spark import build_session, capabilities
-from pubsub_connect.io.tables import table_store
+from pubsub_connect.io.spark import Capabilities, build_session, capabilities
+from pubsub_connect.io.tables import TableStore, table_store
 from pubsub_connect.pipelines.base import PipelineContext, Stage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: connector kind → module (under pubsub_connect.pipelines) exposing ``STAGES``.
 PIPELINE_MODULES = {
@@ -39,12 +43,14 @@ def stages_for(kind: str) -> Sequence[Stage]:
     return module.STAGES
 
 
-def build_context(worker: cfg.WorkerConfig, once: bool = True,
-                  progress: Callable[[str], None] = print) -> PipelineContext:
+def build_context(worker: cfg.WorkerConfig, once: bool = True, progress: Callable[[str], None] = print,
+                  store: Callable[[SparkSession, Capabilities], TableStore] | None = None) -> PipelineContext:
+    """The session, its capabilities and the table store; ``store`` picks another table layout
+    than the jobs' (a declarative pipeline's tables)."""
     kafka_impl = worker.get("pipeline.kafka.implementation")
     table_impl = worker.get("pipeline.tables.implementation")
     spark = build_session(worker.spark_conf, kafka_impl=kafka_impl, table_impl=table_impl)
     caps = capabilities(spark, kafka_impl, table_impl)
-    store = table_store(spark, worker.storage_root, caps, worker.get("storage.catalog"),
-                        worker.get("storage.schema"))
-    return PipelineContext(spark, worker, caps, store, once=once, progress=progress)
+    tables = store(spark, caps) if store else table_store(spark, worker.storage_root, caps,
+                                                           worker.get("storage.catalog"), worker.get("storage.schema"))
+    return PipelineContext(spark, worker, caps, tables, once=once, progress=progress)
