@@ -12,9 +12,13 @@ What ``databricks bundle validate`` would do, to the extent it matters for this 
    missing required keys, wrong scalar types and invalid enum values. ``Job.from_dict`` is run
    too, but it is lenient on scalars (it turns a mapping into a string with ``str()``), hence
    the strict walk over the same dataclasses;
-4. check what the schema cannot: task references (``depends_on``, ``job_cluster_key``), the
-   Jobs service's rules for continuous jobs, the wheel entry point, and that each task's
-   parameters are accepted by ``pubsub-connect-job`` and name config files of the bundle.
+4. check what the schema cannot: task references (``depends_on``, ``job_cluster_key``,
+   ``pipeline_id``), the Jobs service's rules for continuous jobs, the wheel entry point, and that
+   each task's parameters are accepted by ``pubsub-connect-job`` and name config files of the
+   bundle;
+5. check every declarative pipeline against the ``Pipeline`` model, that its source file is in
+   the repository, and that its configuration loads the connector it names without any cluster
+   environment (a serverless pipeline has none), secrets answered by a stand-in.
 
 Every check appends a message to a list instead of raising, so a test can assert the exact
 problems a mutated copy of the bundle has.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import os
 import re
 import types
 import typing
@@ -31,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import yaml
 
@@ -40,6 +46,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 from databricks.bundles.core._variable import Variable
 from databricks.bundles.jobs import Job
+from databricks.bundles.pipelines import Pipeline
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TARGETS = ("dev", "prod")
@@ -86,10 +93,15 @@ class Bundle:
     job_sources: dict[str, Path]
     errors: list[str] = field(default_factory=list)
     explicit_root_path: bool = False
+    pipeline_sources: dict[str, Path] = field(default_factory=dict)
 
     @property
     def jobs(self) -> dict[str, dict[str, Any]]:
         return self.config.get("resources", {}).get("jobs", {})
+
+    @property
+    def pipelines(self) -> dict[str, dict[str, Any]]:
+        return self.config.get("resources", {}).get("pipelines", {})
 
     @property
     def file_path(self) -> str:
@@ -115,15 +127,17 @@ def _read_yaml(path: Path, errors: list[str]) -> dict[str, Any]:
     return data
 
 
-def load_raw(root: Path) -> tuple[dict[str, Any], dict[str, Path], list[str]]:
-    """databricks.yml plus its includes, merged; and where each job was defined."""
+def load_raw(root: Path) -> tuple[dict[str, Any], dict[str, dict[str, Path]], list[str]]:
+    """databricks.yml plus its includes, merged; and where each resource was defined
+    (``{"jobs": {key: file}, "pipelines": {key: file}}``)."""
     errors: list[str] = []
     main = _read_yaml(root / "databricks.yml", errors)
     for key in sorted(set(main) - TOP_LEVEL_KEYS):
         errors.append(f"databricks.yml: unknown top-level key {key!r}")
-    job_sources: dict[str, Path] = {}
-    for key in main.get("resources", {}).get("jobs", {}):
-        job_sources[key] = root / "databricks.yml"
+    sources: dict[str, dict[str, Path]] = {"jobs": {}, "pipelines": {}}
+    for kind, known in sources.items():
+        for key in main.get("resources", {}).get(kind, {}):
+            known[key] = root / "databricks.yml"
     includes = main.get("include") or []
     if not isinstance(includes, list):
         errors.append("databricks.yml: include must be a list of globs")
@@ -148,14 +162,14 @@ def load_raw(root: Path) -> tuple[dict[str, Any], dict[str, Path], list[str]]:
                             if name in merged:
                                 errors.append(f"{rel}: resources.{kind}.{name} is defined twice")
                             merged[name] = resource
-                            if kind == "jobs":
-                                job_sources[name] = path
+                            if kind in sources:
+                                sources[kind][name] = path
                 else:
                     for name, value in entries.items():
                         if name in target:
                             errors.append(f"{rel}: {section}.{name} is defined twice")
                         target[name] = value
-    return main, job_sources, errors
+    return main, sources, errors
 
 
 class _Resolver:
@@ -190,6 +204,11 @@ class _Resolver:
         return _REF.sub(replace, node)
 
 
+def pipeline_id(key: str) -> str:
+    """The stand-in for a deployed pipeline's id in ``${resources.pipelines.<key>.id}``."""
+    return f"<id of pipeline {key}>"
+
+
 def _has_ref(node: Any) -> bool:
     if isinstance(node, dict):
         return any(_has_ref(v) for v in node.values())
@@ -200,7 +219,7 @@ def _has_ref(node: Any) -> bool:
 
 def resolve_target(root: Path, target: str) -> Bundle:
     """Load the bundle and resolve it for ``target`` (see the module docstring)."""
-    config, job_sources, errors = load_raw(root)
+    config, sources, errors = load_raw(root)
     name = config.get("bundle", {}).get("name")
     if not name:
         errors.append("databricks.yml: bundle.name is required")
@@ -255,6 +274,8 @@ def resolve_target(root: Path, target: str) -> Bundle:
     workspace.update({"root_path": root_path, "file_path": f"{root_path}/files",
                       "artifact_path": f"{root_path}/artifacts", "state_path": f"{root_path}/state"})
     lookup.update({f"workspace.{k}": v for k, v in workspace.items() if isinstance(v, str)})
+    # what the CLI fills in at deploy time: the ids of the bundle's own pipelines
+    lookup.update({f"resources.pipelines.{key}.id": pipeline_id(key) for key in sources["pipelines"]})
 
     # Variables may refer to variables: resolve to a fixed point (a cycle never gets there).
     var_errors: list[str] = []
@@ -274,7 +295,7 @@ def resolve_target(root: Path, target: str) -> Bundle:
     resolved["permissions"] = resolver.resolve(spec.get("permissions") or config.get("permissions") or [],
                                                f"targets.{target}.permissions")
     resolved["mode"] = spec.get("mode")
-    return Bundle(root, target, resolved, values, job_sources, errors, explicit_root_path)
+    return Bundle(root, target, resolved, values, sources["jobs"], errors, explicit_root_path, sources["pipelines"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -453,6 +474,10 @@ def check_jobs(bundle: Bundle) -> None:
                 errors.append(f"{task_where}: continuous jobs cannot have task dependencies")
             if continuous and any(k in task for k in ("max_retries", "min_retry_interval_millis", "retry_on_timeout")):
                 errors.append(f"{task_where}: continuous jobs cannot have retry policies")
+            pipeline_task = task.get("pipeline_task")
+            if pipeline_task and pipeline_task.get("pipeline_id") not in {pipeline_id(k) for k in bundle.pipelines}:
+                errors.append(f"{task_where}.pipeline_task.pipeline_id: {pipeline_task.get('pipeline_id')!r} is not "
+                              "${resources.pipelines.<key>.id} of a pipeline of the bundle")
             wheel = task.get("python_wheel_task")
             if not wheel:
                 continue
@@ -525,6 +550,9 @@ def check_task_parameters(bundle: Bundle) -> None:
         by_job.setdefault(job_key, []).append((args.stage[0], args.once))
     for job_key, stages in by_job.items():
         job = bundle.jobs[job_key]
+        if any(t.get("pipeline_task") for t in job["tasks"]):
+            _check_declarative_chain(bundle, job_key, kinds[job_key], stages)
+            continue
         expected = list(STAGES[kinds[job_key]])
         names = [s for s, _ in stages]
         if sorted(names) != sorted(expected):
@@ -543,12 +571,88 @@ def check_task_parameters(bundle: Bundle) -> None:
                               f"{' -> '.join(expected)}, depends_on is {deps}")
 
 
+def _check_declarative_chain(bundle: Bundle, job_key: str, kind: str, stages: list[tuple[str, bool]]) -> None:
+    """A job around a declarative pipeline runs the job stages before the pipeline (the source
+    connectors' pull), the pipeline, then the publish/produce stage, each once, in that chain."""
+    from pubsub_connect.lakeflow.local import JOB_STAGES
+
+    errors, job = bundle.errors, bundle.jobs[job_key]
+    before, after = JOB_STAGES.get(kind, ((), ()))
+    pipeline_keys = [t["task_key"] for t in job["tasks"] if t.get("pipeline_task")]
+    expected = [*before, *pipeline_keys[:1], *after]
+    names = [t["task_key"] for t in job["tasks"]]
+    if len(pipeline_keys) != 1 or sorted(names) != sorted(expected):
+        errors.append(f"resources.jobs.{job_key}: tasks {names}, a {kind} pipeline job runs {expected}")
+        return
+    if job.get("continuous") is not None or not all(once for _, once in stages):
+        errors.append(f"resources.jobs.{job_key}: a pipeline job is scheduled and passes --once to every wheel task")
+    deps = {t["task_key"]: [d["task_key"] for d in t.get("depends_on") or []] for t in job["tasks"]}
+    chain = {task: ([expected[i - 1]] if i else []) for i, task in enumerate(expected)}
+    if deps != chain:
+        errors.append(f"resources.jobs.{job_key}: tasks must run in the chain {' -> '.join(expected)}, "
+                      f"depends_on is {deps}")
+
+
+#: The keys a pipeline's configuration must give (``pubsub_connect.lakeflow.conf``).
+PIPELINE_FILE_KEYS = ("pubsub_connect.connector", "pubsub_connect.worker")
+
+
+def check_pipelines(bundle: Bundle) -> None:
+    """Each pipeline against the ``Pipeline`` model; its source files in the repository; its
+    configuration loads the connector it names with no cluster environment and stand-in secrets."""
+    from pubsub_connect import config as cfg
+    from pubsub_connect.jobs import SecretResolver
+    from pubsub_connect.lakeflow.conf import CONNECTOR_KEY, WORKER_KEY, load_from_conf
+    from pubsub_connect.lakeflow.datasets import check_declarable
+
+    errors = bundle.errors
+    for key, pipeline in bundle.pipelines.items():
+        where = f"resources.pipelines.{key}"
+        found: list[str] = []
+        check_model(Pipeline, pipeline, where, found)
+        errors.extend(found)
+        if not found:
+            try:
+                Pipeline.from_dict(pipeline)
+            except (ValueError, TypeError) as exc:
+                errors.append(f"{where}: rejected by databricks.bundles Pipeline.from_dict: {exc}")
+        source_dir = bundle.pipeline_sources.get(key, bundle.root / "databricks.yml").parent
+        libraries = pipeline.get("libraries") or []
+        if not libraries:
+            errors.append(f"{where}.libraries: no source file")
+        for i, library in enumerate(libraries):
+            included = (library.get("glob") or {}).get("include") or (library.get("file") or {}).get("path")
+            if not included or not (source_dir / included).resolve().is_file():
+                errors.append(f"{where}.libraries[{i}]: {included!r} is not a file of the repository")
+        conf = {k: str(v) for k, v in (pipeline.get("configuration") or {}).items()}
+        local: dict[str, str] = {}
+        for conf_key in PIPELINE_FILE_KEYS:
+            path = repo_path(bundle, conf.get(conf_key, ""))
+            if path is None or not path.is_file():
+                errors.append(f"{where}.configuration.{conf_key}: {conf.get(conf_key)!r} is not a file of the bundle "
+                              "(expected ${workspace.file_path}/<file in the repo>)")
+            else:
+                local[conf_key] = str(path)
+        if len(local) != len(PIPELINE_FILE_KEYS):
+            continue
+        offline = {**conf, CONNECTOR_KEY: local[CONNECTOR_KEY], WORKER_KEY: local[WORKER_KEY]}
+        resolver = SecretResolver(lambda _scope, _key: "stand-in secret", conf.get("pubsub_connect.secret_scope"))
+        deployment_env = {k: v for k, v in os.environ.items() if not k.startswith("PUBSUB_CONNECT_")}
+        try:
+            with mock.patch.dict(os.environ, deployment_env, clear=True):  # no job cluster's environment
+                run_config = load_from_conf(offline, resolver)
+            check_declarable(run_config.connectors[0])
+        except cfg.ConfigError as exc:
+            errors.append(f"{where}.configuration: {exc}")
+
+
 def validate(root: Path, target: str) -> Bundle:
     """Everything above, for one target; ``bundle.errors`` lists the problems."""
     bundle = resolve_target(root, target)
     check_top_level(bundle)
     check_jobs(bundle)
     check_task_parameters(bundle)
+    check_pipelines(bundle)
     return bundle
 
 

@@ -17,9 +17,13 @@ from bundle_check import REPO_ROOT, STAGES, TARGETS, cluster_env, repo_path, val
 from databricks.bundles.jobs import Job
 
 from pubsub_connect import explore, jobs
+from pubsub_connect.lakeflow.datasets import DEFINERS
+from pubsub_connect.lakeflow.local import JOB_STAGES
 from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
 
 KINDS = tuple(STAGES)
+#: The connectors that also come as a declarative pipeline (every kind with tables to declare).
+DECLARATIVE = tuple(sorted(DEFINERS))
 
 
 @pytest.fixture(scope="module", params=TARGETS)
@@ -31,9 +35,13 @@ def test_bundle_validates_for_every_target(bundle) -> None:
     assert bundle.errors == []
     assert bundle.config["bundle"]["name"] == "pubsub_connect"
     assert bundle.config["include"] == ["resources/*.yml"]
-    assert sorted(bundle.jobs) == sorted([*KINDS, *(f"{k}_batch" for k in KINDS)])
+    assert sorted(bundle.jobs) == sorted([*KINDS, *(f"{k}_batch" for k in KINDS),
+                                          *(f"{k}_declarative" for k in DECLARATIVE)])
     assert {k: p.name for k, p in bundle.job_sources.items()} == {
-        **{k: f"{k}.job.yml" for k in KINDS}, **{f"{k}_batch": f"{k}.job.yml" for k in KINDS}}
+        **{k: f"{k}.job.yml" for k in KINDS}, **{f"{k}_batch": f"{k}.job.yml" for k in KINDS},
+        **{f"{k}_declarative": f"{k}.pipeline.yml" for k in DECLARATIVE}}
+    assert {k: p.name for k, p in bundle.pipeline_sources.items()} == {
+        f"{k}_pipeline": f"{k}.pipeline.yml" for k in DECLARATIVE}
     artifact = bundle.config["artifacts"]["python_artifact"]
     assert (artifact["type"], artifact["path"]) == ("whl", ".")
 
@@ -128,7 +136,7 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
         (connector,) = run_config.connectors
         kind = job["tags"]["connector"]
         assert (connector.name, connector.kind) == (kind, kind), job_key
-        assert job_key in (kind, f"{kind}_batch")
+        assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative")
         worker = run_config.worker
         assert worker.bootstrap_servers == bundle.variables["kafka_bootstrap_servers"]
         assert worker.storage_root == bundle.variables["storage_root"]
@@ -143,7 +151,49 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
             project_key = "cps.project" if kind.startswith("cps") else "pubsublite.project"
             assert connector.get(project_key) == bundle.variables["gcp_project"]
         checked += 1
-    assert checked == 2 * sum(len(s) for s in STAGES.values())
+    declarative = sum(len(before) + len(after) for before, after in JOB_STAGES.values())
+    assert checked == 2 * sum(len(s) for s in STAGES.values()) + declarative
+
+
+@pytest.mark.parametrize("kind", DECLARATIVE)
+def test_pipeline_reads_the_jobs_config_and_takes_deployment_values_from_variables(bundle, kind: str) -> None:
+    pipeline = bundle.pipelines[f"{kind}_pipeline"]
+    schema = {"dev": "pubsub_connect_someone", "prod": "pubsub_connect"}[bundle.target]
+    assert (pipeline["catalog"], pipeline["schema"]) == ("main", schema)
+    assert (pipeline["serverless"], pipeline["continuous"]) == (True, False)
+    assert pipeline["libraries"] == [{"glob": {"include": "../src/pubsub_connect/lakeflow/definitions.py"}}]
+    assert pipeline["environment"] == {"dependencies": [bundle.file_path]}
+    project_key = "pubsublite.project" if kind.startswith("lite") else "cps.project"
+    assert pipeline["configuration"] == {
+        "pubsub_connect.connector": f"{bundle.file_path}/resources/config/{kind}.properties",
+        "pubsub_connect.worker": f"{bundle.file_path}/resources/config/worker.properties",
+        "pubsub_connect.secret_scope": "pubsub-connect",
+        "pubsub_connect.set.bootstrap.servers": "localhost:9092",
+        "pubsub_connect.set.storage.root": f"/Volumes/main/{schema}/pubsub_connect",
+        "pubsub_connect.set.storage.catalog": "main",
+        "pubsub_connect.set.storage.schema": schema,
+        f"pubsub_connect.set.{project_key}": "my-gcp-project",
+    }
+
+
+@pytest.mark.parametrize("kind", DECLARATIVE)
+def test_pipeline_job_runs_pull_pipeline_publish_once_on_a_paused_schedule(bundle, kind: str) -> None:
+    job = bundle.jobs[f"{kind}_declarative"]
+    assert job["schedule"] == {"quartz_cron_expression": "0 0/15 * * * ?", "timezone_id": "UTC",
+                               "pause_status": "PAUSED"}
+    before, after = JOB_STAGES[kind]
+    chain = [*before, "pipeline", *after]
+    assert [t["task_key"] for t in job["tasks"]] == chain
+    assert [[d["task_key"] for d in t.get("depends_on", [])] for t in job["tasks"]] == [
+        [], *([previous] for previous in chain[:-1])]
+    pipeline_task = job["tasks"][len(before)]["pipeline_task"]
+    assert pipeline_task == {"pipeline_id": f"<id of pipeline {kind}_pipeline>", "full_refresh": False}
+    for task in job["tasks"]:
+        if "python_wheel_task" in task:
+            assert task["python_wheel_task"]["parameters"] == [
+                "--connector", f"{bundle.file_path}/resources/config/{kind}.properties",
+                "--worker", f"{bundle.file_path}/resources/config/worker.properties",
+                "--stage", task["task_key"], "--once"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,6 +204,9 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
 def _copy_bundle(tmp_path: Path) -> Path:
     root = tmp_path / "bundle"
     shutil.copytree(REPO_ROOT / "resources", root / "resources")
+    definitions = "src/pubsub_connect/lakeflow/definitions.py"  # the pipelines' source file
+    (root / definitions).parent.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / definitions, root / definitions)
     for name in ("databricks.yml", "pyproject.toml"):
         shutil.copy(REPO_ROOT / name, root / name)
     return root
@@ -285,6 +338,37 @@ NEGATIVE_CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None], list[str]
         lambda d: _set(_task(d, "cps_sink", "ingest"), "libraries", [{"pypi": {"package": "pubsub-connect"}}]),
         [f"{J}.cps_sink.tasks[ingest]: libraries must install the bundle's wheel (dist/*.whl), got []"],
     ),
+    "unknown pipeline key": (
+        "resources/cps_sink.pipeline.yml",
+        lambda d: _set(d["resources"]["pipelines"]["cps_sink_pipeline"], "continous", False),
+        ["resources.pipelines.cps_sink_pipeline: unknown key 'continous' for Pipeline"],
+    ),
+    "pipeline source not in the repository": (
+        "resources/cps_source.pipeline.yml",
+        lambda d: _set(d["resources"]["pipelines"]["cps_source_pipeline"]["libraries"][0]["glob"], "include",
+                       "../src/pubsub_connect/lakeflow/definition.py"),
+        ["resources.pipelines.cps_source_pipeline.libraries[0]: '../src/pubsub_connect/lakeflow/definition.py' "
+         "is not a file of the repository"],
+    ),
+    "pipeline config file not in the bundle": (
+        "resources/lite_sink.pipeline.yml",
+        lambda d: _set(d["resources"]["pipelines"]["lite_sink_pipeline"]["configuration"], "pubsub_connect.connector",
+                       "${workspace.file_path}/resources/config/lite-sink.properties"),
+        [f"resources.pipelines.lite_sink_pipeline.configuration.pubsub_connect.connector: '{FP}/resources/config/"
+         "lite-sink.properties' is not a file of the bundle (expected ${workspace.file_path}/<file in the repo>)"],
+    ),
+    "publish before the pipeline": (
+        "resources/cps_sink.pipeline.yml",
+        lambda d: _task(d, "cps_sink_declarative", "publish").pop("depends_on"),
+        [f"{J}.cps_sink_declarative: tasks must run in the chain pipeline -> publish, depends_on is "
+         "{'pipeline': [], 'publish': []}"],
+    ),
+    "pipeline task for another pipeline": (
+        "resources/cps_source.pipeline.yml",
+        lambda d: _set(_task(d, "cps_source_declarative", "pipeline")["pipeline_task"], "pipeline_id", "1234"),
+        [f"{J}.cps_source_declarative.tasks[pipeline].pipeline_task.pipeline_id: '1234' is not "
+         "${resources.pipelines.<key>.id} of a pipeline of the bundle"],
+    ),
     "unknown top-level key": (
         "databricks.yml",
         lambda d: _set(d, "resource", {}),
@@ -310,6 +394,18 @@ def test_mutated_bundle_fails_with_exact_errors(tmp_path: Path, case: str) -> No
     assert validate(root, "dev").errors == []  # the copy is valid before the change
     _edit(root, file, change)
     assert validate(root, "dev").errors == expected
+
+
+def test_pipeline_config_must_not_need_a_cluster_environment(tmp_path: Path) -> None:
+    """A serverless pipeline has no job cluster's environment: every ``${env:...}`` key of the
+    connector's files needs a ``pubsub_connect.set.*`` value in the pipeline's configuration."""
+    root = _copy_bundle(tmp_path)
+    key = "pubsub_connect.set.cps.project"
+    _edit(root, "resources/cps_sink.pipeline.yml",
+          lambda d: d["resources"]["pipelines"]["cps_sink_pipeline"]["configuration"].pop(key))
+    assert validate(root, "dev").errors == [
+        f"resources.pipelines.cps_sink_pipeline.configuration: {root / 'resources/config/cps_sink.properties'}: "
+        "cps.project refers to ${env:PUBSUB_CONNECT_GCP_PROJECT} but that variable is not set"]
 
 
 def test_prod_needs_root_path_and_permissions(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pubsub_connect.io.tables import TableStore
+    from pubsub_connect.jobs import SecretResolver
 
 PREFIX = "pubsub_connect."
 CONNECTOR_KEY = PREFIX + "connector"
@@ -58,15 +59,16 @@ def overrides_from(conf: Mapping[str, str]) -> list[str]:
             if key.startswith(OVERRIDE_PREFIX)]
 
 
-def load_from_conf(conf: Mapping[str, str]) -> cfg.RunConfig:
+def load_from_conf(conf: Mapping[str, str], resolver: SecretResolver | None = None) -> cfg.RunConfig:
     """The connector and worker a pipeline's ``configuration`` names, loaded like a job task's
-    (secret references resolved, their values masked in errors)."""
+    (secret references resolved with ``dbutils``, or ``resolver``)."""
     from pubsub_connect.jobs import SECRET_SCOPE_ENV, SecretResolver, load_run_config
 
     connector_file = conf.get(CONNECTOR_KEY)
     if not connector_file:
         raise cfg.ConfigError(f"the pipeline's configuration has no {CONNECTOR_KEY} (the connector's .properties)")
-    resolver = SecretResolver(default_scope=conf.get(SECRET_SCOPE_KEY) or os.environ.get(SECRET_SCOPE_ENV))
+    if resolver is None:
+        resolver = SecretResolver(default_scope=conf.get(SECRET_SCOPE_KEY) or os.environ.get(SECRET_SCOPE_ENV))
     return load_run_config(connector_file, conf.get(WORKER_KEY) or None, overrides_from(conf), resolver)
 
 

@@ -13,7 +13,13 @@ What a pipeline holds, per connector kind (registered in :data:`DEFINERS`):
   (streaming tables of the rows that convert, and of those that do not, with the reason);
 - **Cloud Pub/Sub source**: the pull stage stays a job task (Pub/Sub cannot be replayed by
   offset, so it is no Spark source); the pipeline streams its bronze table, drops redeliveries
-  within :data:`REDELIVERY_WINDOW`, and defines ``outbox_<name>`` and ``dlq_<name>``.
+  within :data:`REDELIVERY_WINDOW`, and defines ``outbox_<name>`` and ``dlq_<name>``;
+- **Lite source**: likewise after the job's pull task (which commits Lite cursors only once the
+  messages are in bronze), ``outbox_<name>``.
+
+Records without a key that the jobs spread round-robin (a counter carried from one micro-batch
+to the next) are spread by a hash of the message's identity instead: a streaming table has no
+such counter.
 
 Publishing stays outside the pipeline, in the job task that follows it (the jobs' own
 ``publish``/``produce`` stage on ``outbox_<name>``): open-source pipelines have no
@@ -36,7 +42,14 @@ from pyspark.sql import functions as F
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef, table_basename
-from pubsub_connect.model.schemas import KAFKA_DLQ, KAFKA_OUTBOX, LITE_OUTBOX, PUBSUB_DLQ, PUBSUB_OUTBOX
+from pubsub_connect.model.schemas import (
+    KAFKA_DLQ,
+    KAFKA_OUTBOX,
+    LITE_KAFKA_OUTBOX,
+    LITE_OUTBOX,
+    PUBSUB_DLQ,
+    PUBSUB_OUTBOX,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -48,13 +61,20 @@ if TYPE_CHECKING:
 #: that is bounded by it. Leases are 20 s, so redeliveries come within seconds to minutes.
 REDELIVERY_WINDOW = "1 hour"
 
-#: The kinds that read Kafka into a bronze table of the pipeline (the others read a job's bronze).
-KAFKA_FED = frozenset({cfg.CPS_SINK, cfg.LITE_SINK})
+#: The tables each connector kind's pipeline defines (and so owns). The sinks read Kafka into a
+#: bronze table of their own; the sources convert the bronze table their job's pull task writes.
+#: The Lite source converts every message (no dead letters), as its job does.
+MANAGED: dict[str, frozenset[str]] = {
+    cfg.CPS_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
+    cfg.LITE_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
+    cfg.CPS_SOURCE: frozenset({OUTBOX, DLQ}),
+    cfg.LITE_SOURCE: frozenset({OUTBOX}),
+}
 
 
 def managed_kinds(kind: str) -> frozenset[str]:
     """The tables a connector kind's pipeline defines (and so owns)."""
-    return frozenset({BRONZE, OUTBOX, DLQ} if kind in KAFKA_FED else {OUTBOX, DLQ})
+    return MANAGED[kind]
 
 
 def dataset_name(kind: str, connector: str) -> str:
@@ -194,12 +214,29 @@ def define_cps_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.Connec
     graph.table(dataset_name(DLQ, config.name), f"{config.name}: messages that could not be converted", dlq)
 
 
+def define_lite_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig,
+                       store: TableStore) -> None:
+    from pubsub_connect.pipelines.lite_source import kafka_partition_count, source_converters, to_outbox_stream
+
+    converters = source_converters(config)
+    # explicit partitions need the topic's partition count: asked once, when the pipeline starts
+    partitions = kafka_partition_count(worker, str(config.get("kafka.topic")))
+    bronze = TableRef(BRONZE, config.name)
+
+    def outbox() -> DataFrame:
+        # the pull stage's bronze table, written by the job task before the pipeline
+        return _typed(to_outbox_stream(store.read_stream(bronze), partitions, converters), LITE_KAFKA_OUTBOX)
+
+    graph.table(dataset_name(OUTBOX, config.name), f"{config.name}: Kafka records ready to produce", outbox)
+
+
 #: connector kind → the function that defines its datasets. The archive has none: its output is
 #: the object store, which is also where it keeps its position, so it has no tables to declare.
 DEFINERS: dict[str, Callable[[Graph, cfg.WorkerConfig, cfg.ConnectorConfig, TableStore], None]] = {
     cfg.CPS_SINK: define_cps_sink,
     cfg.CPS_SOURCE: define_cps_source,
     cfg.LITE_SINK: define_lite_sink,
+    cfg.LITE_SOURCE: define_lite_source,
 }
 
 

@@ -46,6 +46,7 @@ JOB_STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     cfg.CPS_SINK: ((), ("publish",)),
     cfg.LITE_SINK: ((), ("publish",)),
     cfg.CPS_SOURCE: (("pull",), ("produce",)),
+    cfg.LITE_SOURCE: (("pull",), ("produce",)),
 }
 
 #: The error class of ``raise_error``, as Spark logs it.
@@ -246,7 +247,7 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
     """Job stages running all along, pipeline updates one after the other until ``stop``. The
     stage after the pipeline starts once the first update has created the tables it reads."""
     from pubsub_connect.io.tables import BRONZE, TableRef
-    from pubsub_connect.model.schemas import PUBSUB_BRONZE
+    from pubsub_connect.model.schemas import LITE_BRONZE, PUBSUB_BRONZE
     from pubsub_connect.pipelines.base import run_stages
 
     errors: list[BaseException] = []
@@ -266,7 +267,8 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
 
     if before:
         # the first update reads the pulled bronze: it must exist before the puller's first commit
-        ctx.store.ensure(TableRef(BRONZE, config.name), PUBSUB_BRONZE)
+        pulled = LITE_BRONZE if config.kind == cfg.LITE_SOURCE else PUBSUB_BRONZE
+        ctx.store.ensure(TableRef(BRONZE, config.name), pulled)
         start(before)
     interval_s = max(int(ctx.worker.get("pipeline.trigger.interval.ms")) / 1000, 1.0)
     first = True

@@ -107,14 +107,7 @@ class PipelineContext:
                 .start())
 
     def librdkafka_client(self, role: str, config: ConnectorConfig | None = None) -> dict[str, str]:
-        """Settings for a librdkafka client acting as the worker's ``consumer`` or ``producer``:
-        the bootstrap servers, the worker's ``<role>.*`` keys, then the connector's
-        ``<role>.override.*`` keys (Connect's order), translated from the Java client's names."""
-        java = {"bootstrap.servers": self.worker.bootstrap_servers, **self.worker.client_conf(f"{role}.")}
-        if config is not None:
-            override = f"{role}.override."
-            java.update({k[len(override):]: v for k, v in config.passthrough.items() if k.startswith(override)})
-        return librdkafka_settings(java, shown_prefix=f"{role}.")
+        return librdkafka_client(self.worker, role, config)
 
     def check_kafka(self, role: str, config: ConnectorConfig) -> None:
         """Before a stage talks to Kafka: can its ``role`` client reach and log in to the brokers?
@@ -130,6 +123,17 @@ class PipelineContext:
 
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
         return kafka_client_options(self.worker, prefix)
+
+
+def librdkafka_client(worker: WorkerConfig, role: str, config: ConnectorConfig | None = None) -> dict[str, str]:
+    """Settings for a librdkafka client acting as the worker's ``consumer`` or ``producer``:
+    the bootstrap servers, the worker's ``<role>.*`` keys, then the connector's
+    ``<role>.override.*`` keys (Connect's order), translated from the Java client's names."""
+    java = {"bootstrap.servers": worker.bootstrap_servers, **worker.client_conf(f"{role}.")}
+    if config is not None:
+        override = f"{role}.override."
+        java.update({k[len(override):]: v for k, v in config.passthrough.items() if k.startswith(override)})
+    return librdkafka_settings(java, shown_prefix=f"{role}.")
 
 
 def kafka_client_options(worker: WorkerConfig, prefix: str) -> dict[str, str]:

@@ -32,12 +32,14 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
 
-from pubsub_connect.config import ConnectorConfig
+from pubsub_connect.config import ConnectorConfig, WorkerConfig
 from pubsub_connect.io.librdkafka import with_client_logger
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
+from pubsub_connect.model.frames import map_in_arrow
 from pubsub_connect.model.lite import (
     DEFAULT_SOURCE_CONVERTERS,
     LiteSourceConverters,
@@ -45,7 +47,7 @@ from pubsub_connect.model.lite import (
     kafka_outbox_batch,
 )
 from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage
+from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, librdkafka_client
 from pubsub_connect.pipelines.kafka_produce import produce_stage
 
 if TYPE_CHECKING:
@@ -132,11 +134,11 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 # --------------------------------------------------------------------------------------------
 
 
-def kafka_partition_count(ctx: PipelineContext, topic: str) -> int:
+def kafka_partition_count(worker: WorkerConfig, topic: str) -> int:
     """Partitions of ``kafka.topic`` now (explicit partitions need the count)."""
     from confluent_kafka.admin import AdminClient
 
-    client = {k: v for k, v in ctx.librdkafka_client("producer").items()
+    client = {k: v for k, v in librdkafka_client(worker, "producer").items()
               if k.startswith(("bootstrap.", "security.", "ssl.", "sasl."))}
     found = AdminClient(with_client_logger(client)).list_topics(topic=topic, timeout=30).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
@@ -172,6 +174,19 @@ def to_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: in
     return ordered.mapInArrow(OutboxPartition(num_partitions, round_robin_start, converters), LITE_KAFKA_OUTBOX)
 
 
+def to_outbox_stream(bronze_rows: DataFrame, num_partitions: int,
+                     converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS) -> DataFrame:
+    """Bronze rows → Kafka outbox rows for a *streaming* conversion (a declarative pipeline's
+    streaming table), which has no order over a micro-batch and no counter carried from one to
+    the next: as :func:`to_outbox`, except that a record without a key goes to partition
+    ``pmod(xxhash64(lite_partition, lite_offset), num_partitions)`` instead of the next one in
+    round-robin order: as even a spread, and the same on every replay."""
+    rows = map_in_arrow(bronze_rows.select(*_MESSAGE_COLUMNS), OutboxPartition(num_partitions, 0, converters),
+                        LITE_KAFKA_OUTBOX, StructType(LITE_MESSAGE_FIELDS))
+    spread = F.pmod(F.xxhash64("lite_partition", "lite_offset"), F.lit(num_partitions)).cast("int")
+    return rows.withColumn("partition", F.when(F.col("key").isNull(), spread).otherwise(F.col("partition")))
+
+
 def source_converters(config: ConnectorConfig) -> LiteSourceConverters:
     """The connector's ``key.converter``, ``value.converter`` and ``header.converter``, checked:
     one that cannot serialize Lite's bytes stops the connector at start-up, not per record."""
@@ -202,7 +217,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             if batch.isEmpty():
                 return
             # the outbox size as round-robin start: deterministic when this batch is replayed
-            out = to_outbox(batch, kafka_partition_count(ctx, topic), ctx.store.row_count(outbox), converters)
+            out = to_outbox(batch, kafka_partition_count(ctx.worker, topic), ctx.store.row_count(outbox), converters)
             ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             batch.unpersist()
