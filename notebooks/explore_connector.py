@@ -7,7 +7,9 @@
 # MAGIC
 # MAGIC Parameters (widgets on Databricks, `--name value` when run as a script):
 # MAGIC `connector` (its .properties file, or its name), `storage_root` (the bundle's variable
-# MAGIC `storage_root`), `catalog` and `schema` (empty for path tables), `bootstrap_servers`, `samples`.
+# MAGIC `storage_root`), `catalog` and `schema` (empty for path tables), `shape` (`jobs`, or
+# MAGIC `pipeline` for the tables of the connector's declarative pipeline), `bootstrap_servers`,
+# MAGIC `samples`.
 
 # COMMAND ----------
 
@@ -29,12 +31,14 @@ params = explore.notebook_params(globals(), {
     "storage_root": "./.pubsub-connect",
     "catalog": "",
     "schema": "",
+    "shape": "jobs",
     "bootstrap_servers": "",
     "samples": "5",
 })
 connector = explore.connector_ref(params["connector"])
-store = explore.open_store(params["storage_root"], params["catalog"], params["schema"])
-print(f"connector {connector.name} ({connector.kind or 'kind unknown'}), storage {store.root}")
+store = explore.open_store(params["storage_root"], params["catalog"], params["schema"], shape=params["shape"],
+                           connector=connector)
+print(f"connector {connector.name} ({connector.kind or 'kind unknown'}, {params['shape']}), storage {store.root}")
 
 # COMMAND ----------
 

@@ -106,11 +106,22 @@ def connector_ref(value: str) -> ConnectorRef:
     return ConnectorRef(value)
 
 
+#: The shapes a connector runs in: its jobs (``<connector>.job.yml``, ``pubsub-connect run``) or
+#: its declarative pipeline (``<connector>.pipeline.yml``, ``pubsub-connect pipeline run``).
+SHAPES = ("jobs", "pipeline")
+
+
 def open_store(storage_root: str, catalog: str = "", schema: str = "",
-               spark: SparkSession | None = None) -> TableStore:
-    """The table store a connector's jobs write to: same worker keys, same backend choice."""
+               spark: SparkSession | None = None, shape: str = "jobs",
+               connector: ConnectorRef | None = None) -> TableStore:
+    """The table store a connector's jobs, or its declarative pipeline (``shape``), write to:
+    same worker keys, same backend choice. With a catalog and schema both shapes name their
+    tables alike; locally a pipeline keeps its own under ``<storage_root>/pipelines/<name>``."""
     from pubsub_connect.io.spark import build_session, capabilities
     from pubsub_connect.io.tables import table_store
+
+    if shape not in SHAPES:
+        raise cfg.ConfigError(f"shape must be one of {', '.join(SHAPES)}, got {shape!r}")
 
     raw = {"storage.root": storage_root}
     if catalog:
@@ -119,6 +130,12 @@ def open_store(storage_root: str, catalog: str = "", schema: str = "",
         raw["storage.schema"] = schema
     worker = cfg.validate_worker(raw, "<notebook>")
     session = spark or build_session(worker.spark_conf)
+    if shape == "pipeline":
+        from pubsub_connect.lakeflow.conf import pipeline_store
+
+        if connector is None or not connector.kind:
+            raise cfg.ConfigError("the pipeline shape needs the connector's .properties (its kind)")
+        return pipeline_store(session, worker, connector.name, connector.kind)
     caps = capabilities(session)
     return table_store(session, worker.storage_root, caps, worker.get("storage.catalog"),
                        worker.get("storage.schema"))

@@ -22,6 +22,7 @@ from integration.pubsub_helpers import (
     pull_all,
 )
 from pubsub_connect import config as cfg
+from pubsub_connect import explore
 from pubsub_connect.io.services import write_java_properties
 from pubsub_connect.io.tables import DLQ, OUTBOX, TableRef
 from pubsub_connect.lakeflow.local import run_pipeline
@@ -84,12 +85,18 @@ def test_cps_sink_pipeline_publishes_what_the_job_publishes(spark, kafka_bootstr
     ])
     _, job_subscription = create_topic_and_subscription(f"{unique_name}-job")
     _, pipe_subscription = create_topic_and_subscription(f"{unique_name}-pipe")
+    for shape in ("job", "pipe"):
+        create_topic(kafka_bootstrap, f"{unique_name}-dlq-{shape}")
 
-    job = run_once(spark, kafka_bootstrap, tmp_path / "job",
-                   sink_config(f"{unique_name}-job", unique_name, f"{unique_name}-job", **SINK_KEYS))
+    def dlq_topic(shape: str) -> dict[str, str]:
+        return {"errors.deadletterqueue.topic.name": f"{unique_name}-dlq-{shape}",
+                "errors.deadletterqueue.context.headers.enable": "true"}
+
+    job_config = sink_config(f"{unique_name}-job", unique_name, f"{unique_name}-job", **SINK_KEYS, **dlq_topic("job"))
+    job = run_once(spark, kafka_bootstrap, tmp_path / "job", job_config)
     lines: list[str] = []
-    pipe = _pipeline(tmp_path, kafka_bootstrap, _sink_keys(f"{unique_name}-pipe", unique_name, f"{unique_name}-pipe"),
-                     lines)
+    pipe = _pipeline(tmp_path, kafka_bootstrap, _sink_keys(f"{unique_name}-pipe", unique_name, f"{unique_name}-pipe",
+                                                           **dlq_topic("pipe")), lines)
 
     from_job = _by_coordinates(pull_all(job_subscription, 4, timeout=60))
     from_pipeline = _by_coordinates(pull_all(pipe_subscription, 4, timeout=60))
@@ -109,19 +116,35 @@ def test_cps_sink_pipeline_publishes_what_the_job_publishes(spark, kafka_bootstr
     assert pipe_dlq == job_dlq
     assert [row[:6] for row in pipe_dlq] == [("convert", unique_name, 1, 0, b"bad", b"not json")]
     assert pipe_dlq[0][6] == "ConverterError"
+    # Connect's dead-letter topic: the same record, the same context headers but for the connector's name
+    (job_letter,), (pipe_letter,) = (consume_all(kafka_bootstrap, f"{unique_name}-dlq-{s}") for s in ("job", "pipe"))
+    assert (pipe_letter.key, pipe_letter.value) == (job_letter.key, job_letter.value) == (b"bad", b"not json")
+    name_header = "__connect.errors.connector.name"
+    assert [(k, v) for k, v in pipe_letter.headers if k != name_header] == [
+        (k, v) for k, v in job_letter.headers if k != name_header]
+    assert dict(pipe_letter.headers)[name_header] == f"{unique_name}-pipe".encode()
+    assert dict(pipe_letter.headers)["__connect.errors.offset"] == b"0"
+
     progress = [line for line in lines if line.startswith(f"[{unique_name}-pipe.pipeline]")]
     assert (progress[0], progress[-1]) == (f"[{unique_name}-pipe.pipeline] update started",
                                            f"[{unique_name}-pipe.pipeline] update completed")
-    assert sorted(progress[1:-1]) == [f"[{unique_name}-pipe.pipeline] {kind}_{unique_name}_pipe completed"
-                                      for kind in ("bronze", "dlq", "outbox")]  # flows finish in any order
+    assert sorted(progress[1:-1]) == sorted(  # flows finish in any order
+        [f"[{unique_name}-pipe.pipeline] {kind}_{unique_name}_pipe completed" for kind in ("bronze", "dlq", "outbox")]
+        + [f"[{unique_name}-pipe.pipeline] dlq_topic_dlq_{unique_name}_pipe_flow completed"])
 
     # a second update (the tables exist now) takes only the new records
     produce(kafka_bootstrap, unique_name, [Rec(b"3", key=b"k3", partition=1)])
-    _pipeline(tmp_path, kafka_bootstrap, _sink_keys(f"{unique_name}-pipe", unique_name, f"{unique_name}-pipe"))
+    _pipeline(tmp_path, kafka_bootstrap, _sink_keys(f"{unique_name}-pipe", unique_name, f"{unique_name}-pipe",
+                                                    **dlq_topic("pipe")))
     (latest,) = pull_all(pipe_subscription, 1, timeout=60)
     assert (latest.data, latest.attributes["kafka.offset"], latest.attributes["key"]) == (b"3", "2", "k3")
     assert_no_more_messages(pipe_subscription, wait=1.0)
     assert pipe.store.read(TableRef(OUTBOX, f"{unique_name}-pipe")).count() == 5
+    # what the explore notebook shows for the pipeline's tables
+    ref = explore.connector_ref(str(tmp_path / f"{unique_name}-pipe.properties"))
+    store = explore.open_store(str(tmp_path / "storage"), spark=spark, shape="pipeline", connector=ref)
+    assert explore.table_counts(store, ref.name) == {"bronze": 6, "outbox": 5, "dlq": 1}
+    assert [s.stage for s in explore.connector_checkpoints(store, ref)] == ["publish"]
 
 
 def test_errors_tolerance_none_stops_the_pipeline_naming_the_record(spark, kafka_bootstrap: str, tmp_path: Path,

@@ -7,6 +7,7 @@ settings combination below must give exactly the rows :func:`reference_outbox` g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -500,3 +501,36 @@ def test_characters_outside_the_bmp_are_escaped_like_kafka_json(spark: Any) -> N
         b'"orderingKey":"o\\uD83D\\uDE00"}}'
     )
     assert t.key == b'{"schema":{"type":"string","optional":true},"payload":"no-emoji"}'
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_streaming_conversion_equals_the_batch_one_but_for_round_robin(spark: Any, corpus: list[dict[str, Any]],
+                                                                       name: str) -> None:
+    """A declarative pipeline converts with ``to_kafka_outbox_stream`` (one row per message given,
+    no window): every column as the batch conversion gives it, except that a row the batch
+    numbers round-robin goes to ``pmod(xxhash64(message_id), count)``."""
+    from pyspark.sql import functions as F
+
+    from pubsub_connect.model.cps_source import deduplicate_messages, to_kafka_outbox_stream, uses_round_robin
+
+    settings, _ = SETTINGS[name]
+    messages = deduplicate_messages(bronze_df(spark, corpus))
+    batch = {r.message_id: r for r in collect(to_kafka_outbox(messages, settings, start_counter=0))}
+    streamed = to_kafka_outbox_stream(messages, settings)
+    got = {r.message_id: r for r in collect(streamed)}
+    spread = dict(streamed.select("message_id", F.pmod(F.xxhash64("message_id"), F.lit(settings.partition_count))
+                                  .cast("int").alias("p")).collect())
+    round_robin = {m.message_id for m, _ in map(to_received, corpus)
+                   if uses_round_robin(m, settings) and batch[m.message_id].error_class is None}
+    assert sorted(got) == sorted(batch)
+    for message_id, row in batch.items():
+        partition = spread[message_id] if message_id in round_robin else row.partition
+        assert got[message_id] == dataclasses.replace(row, partition=partition), message_id
+    assert bool(round_robin) == (settings.partition_scheme in ("round_robin", "ordering_key"))
+    # the columns the pipeline's outbox and dead letters take besides the outbox's own
+    extra = {r.message_id: r for r in streamed.select("message_id", "subscription", "data", "error_class").collect()}
+    assert {r.subscription for r in extra.values()} == {"projects/p/subscriptions/s"}
+    raw = {r["message_id"]: r.get("data_hex") for r in corpus}
+    for message_id, r in extra.items():
+        if r.error_class is not None:  # a dead letter keeps the data as received
+            assert (None if r.data is None else bytes(r.data).hex()) == (raw[message_id] or ""), message_id

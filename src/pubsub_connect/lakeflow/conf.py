@@ -90,14 +90,15 @@ def pipeline_warehouse(worker: cfg.WorkerConfig, connector: str) -> str:
     return _join(pipeline_root(worker, connector), "tables")
 
 
-def pipeline_store(spark: SparkSession, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> TableStore:
-    """The tables of ``config``'s pipeline: Unity Catalog tables named like the jobs' where the
-    worker names a catalog and schema (Databricks), else :class:`PipelineTableStore` paths."""
+def pipeline_store(spark: SparkSession, worker: cfg.WorkerConfig, name: str, kind: str) -> TableStore:
+    """The tables of connector ``name``'s pipeline: Unity Catalog tables named like the jobs'
+    where the worker names a catalog and schema (Databricks), else :class:`PipelineTableStore`
+    paths."""
     from pubsub_connect.io.tables import PipelineTableStore, SparkDeltaTableStore
     from pubsub_connect.lakeflow.datasets import managed_kinds
 
     catalog, schema = worker.get("storage.catalog"), worker.get("storage.schema")
     if catalog and schema:
         return SparkDeltaTableStore(spark, worker.storage_root, catalog, schema)
-    return PipelineTableStore(spark, pipeline_root(worker, config.name), pipeline_warehouse(worker, config.name),
-                              managed_kinds(config.kind))
+    return PipelineTableStore(spark, pipeline_root(worker, name), pipeline_warehouse(worker, name),
+                              managed_kinds(kind))

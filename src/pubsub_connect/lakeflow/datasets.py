@@ -53,6 +53,7 @@ from pubsub_connect.model.schemas import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
     from pubsub_connect.io.tables import TableStore
 
@@ -86,9 +87,10 @@ class Graph:
     """The ``pyspark.pipelines`` decorators of this runtime, with what the open-source and the
     Databricks runtimes differ in smoothed over."""
 
-    def __init__(self, spark: SparkSession, dp: Any):
+    def __init__(self, spark: SparkSession, dp: Any, worker: cfg.WorkerConfig):
         self.spark = spark
         self.dp = dp
+        self.worker = worker
 
     @property
     def has_expectations(self) -> bool:
@@ -162,6 +164,25 @@ def _define_sink_tables(graph: Graph, config: cfg.ConnectorConfig, converted_vie
 
     graph.table(dataset_name(OUTBOX, config.name), f"{config.name}: messages ready to publish", outbox)
     graph.table(dataset_name(DLQ, config.name), f"{config.name}: records that could not be converted", dlq)
+    _define_dlq_topic(graph, config, KAFKA_DLQ)
+
+
+def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: StructType) -> None:
+    """``errors.deadletterqueue.topic.name``: the rows of ``dlq_<name>`` also go to that Kafka
+    topic, as Connect writes them (a Kafka sink of the pipeline, fed by an append flow)."""
+    from pubsub_connect.pipelines.base import kafka_client_options
+    from pubsub_connect.pipelines.dead_letters import dlq_topic_records
+
+    topic = config.get("errors.deadletterqueue.topic.name")
+    if not topic:
+        return
+    sink = f"dlq_topic_{dataset_name(DLQ, config.name)}"
+    graph.dp.create_sink(name=sink, format="kafka",
+                         options={**kafka_client_options(graph.worker, "producer."), "topic": str(topic)})
+    dlq = dataset_name(DLQ, config.name)
+    columns = [f.name for f in dlq_schema.fields]
+    graph.dp.append_flow(target=sink, name=f"{sink}_flow")(
+        lambda: dlq_topic_records(graph.stream(dlq), config, columns))
 
 
 def define_cps_sink(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, store: TableStore) -> None:
@@ -212,6 +233,7 @@ def define_cps_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.Connec
     graph.view(view, converted, _expectation(config))
     graph.table(dataset_name(OUTBOX, config.name), f"{config.name}: Kafka records ready to produce", outbox)
     graph.table(dataset_name(DLQ, config.name), f"{config.name}: messages that could not be converted", dlq)
+    _define_dlq_topic(graph, config, PUBSUB_DLQ)
 
 
 def define_lite_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig,
@@ -254,4 +276,4 @@ def define(spark: SparkSession, dp: Any, run_config: cfg.RunConfig, store: Table
         raise cfg.ConfigError(f"a pipeline runs one connector, got {len(run_config.connectors)}")
     config = run_config.connectors[0]
     check_declarable(config)
-    DEFINERS[config.kind](Graph(spark, dp), run_config.worker, config, store)
+    DEFINERS[config.kind](Graph(spark, dp, run_config.worker), run_config.worker, config, store)

@@ -12,4 +12,6 @@ from pubsub_connect.lakeflow.conf import load_from_conf, pipeline_store, runtime
 from pubsub_connect.lakeflow.datasets import define
 
 _run_config = load_from_conf(runtime_conf(spark))  # noqa: F821 - the pipeline runtime provides `spark`
-define(spark, dp, _run_config, pipeline_store(spark, _run_config.worker, _run_config.connectors[0]))  # noqa: F821
+_connector = _run_config.connectors[0]
+_store = pipeline_store(spark, _run_config.worker, _connector.name, _connector.kind)  # noqa: F821
+define(spark, dp, _run_config, _store)  # noqa: F821

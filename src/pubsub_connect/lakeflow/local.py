@@ -222,7 +222,7 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
     spark_conf = pipeline_spark_conf(worker, config)
     spec = write_spec(worker, config, connector_file, worker_file, overrides)
     ctx = build_context(worker, once=once, progress=emit,
-                        store=lambda spark, _caps: pipeline_store(spark, worker, config))
+                        store=lambda spark, _caps: pipeline_store(spark, worker, config.name, config.kind))
     if not (ctx.caps.native_kafka and ctx.caps.native_delta):
         raise cfg.ConfigError("a declarative pipeline runs on Spark's Kafka connector and Delta Lake; "
                               f"this session has {ctx.caps.describe()}")

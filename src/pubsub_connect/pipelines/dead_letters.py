@@ -10,6 +10,7 @@ land in ``dlq/<name>`` with the reason, optionally also in the Kafka topic
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -53,18 +54,26 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
 
 
 def _produce_to_dlq_topic(ctx: PipelineContext, config: ConnectorConfig, bad: DataFrame, topic: str) -> None:
-    """Like Connect's DLQ topic: the original key/value, plus context headers when enabled."""
+    options = {**ctx.kafka_client_options("producer."), "topic": topic}
+    write_kafka(dlq_topic_records(bad, config), options, caps=ctx.caps)
+
+
+def dlq_topic_records(bad: DataFrame, config: ConnectorConfig, bad_columns: Sequence[str] | None = None) -> DataFrame:
+    """Dead-letter rows as records of Connect's DLQ topic: the original key/value, plus context
+    headers when ``errors.deadletterqueue.context.headers.enable`` (Spark's Kafka sink columns).
+    ``bad_columns``: ``bad``'s columns when the caller knows them (a pipeline's query function may
+    not ask Spark)."""
     columns = [F.col("key"), F.col("value")]
     if config.get("errors.deadletterqueue.context.headers.enable"):
         def header(name: str, column: F.Column) -> F.Column:
             return F.struct(F.lit(f"__connect.errors.{name}").alias("key"),
                             F.encode(column.cast("string"), "UTF-8").alias("value"))
 
-        coordinates = [c for c in ("topic", "partition", "offset", "message_id") if c in bad.columns]
+        present = bad.columns if bad_columns is None else bad_columns
+        coordinates = [c for c in ("topic", "partition", "offset", "message_id") if c in present]
         columns.append(F.array(
             *[header(c, F.col(c)) for c in coordinates], header("connector.name", F.lit(config.name)),
             header("stage", F.col("stage")), header("exception.class.name", F.col("error_class")),
             header("exception.message", F.col("error_message")),
         ).alias("headers"))
-    options = {**ctx.kafka_client_options("producer."), "topic": topic}
-    write_kafka(bad.select(*columns), options, caps=ctx.caps)
+    return bad.select(*columns)
