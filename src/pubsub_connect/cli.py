@@ -176,13 +176,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     from pubsub_connect.lakeflow.local import run_pipeline
-    from pubsub_connect.pipelines.base import install_stop_signals
 
     run_config = cfg.load([args.connector], args.worker, args.overrides)
     _use_running_services(run_config.worker)
-    stop = threading.Event()
+    stop = threading.Event()  # set by Ctrl-C / SIGTERM when running continuously
     if not args.once:
-        install_stop_signals(stop)
         print("running; press Ctrl-C to stop", flush=True)
 
     def emit(line: str) -> None:

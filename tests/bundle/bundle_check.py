@@ -441,6 +441,19 @@ def _task_order(tasks: list[dict[str, Any]], where: str, errors: list[str]) -> N
         visit(key, [])
 
 
+def check_resource(model: Any, resource: dict[str, Any], where: str, errors: list[str]) -> None:
+    """A resource against its databricks-bundles model: the strict walk, then the model's own
+    ``from_dict`` (which catches what the walk does not model, and only then)."""
+    found: list[str] = []
+    check_model(model, resource, where, found)
+    errors.extend(found)
+    if not found:
+        try:
+            model.from_dict(resource)
+        except (ValueError, TypeError) as exc:
+            errors.append(f"{where}: rejected by databricks.bundles {model.__name__}.from_dict: {exc}")
+
+
 def check_jobs(bundle: Bundle) -> None:
     errors = bundle.errors
     project = _pyproject(bundle.root)["project"]
@@ -452,14 +465,7 @@ def check_jobs(bundle: Bundle) -> None:
         if not isinstance(job, dict):
             errors.append(f"{where}: must be a mapping")
             continue
-        found: list[str] = []
-        check_model(Job, job, where, found)
-        errors.extend(found)
-        if not found:
-            try:
-                Job.from_dict(job)
-            except (ValueError, TypeError) as exc:
-                errors.append(f"{where}: rejected by databricks.bundles Job.from_dict: {exc}")
+        check_resource(Job, job, where, errors)
         tasks = job.get("tasks") or []
         _task_order(tasks, where, errors)
         clusters = {c.get("job_cluster_key") for c in job.get("job_clusters") or []}
@@ -608,14 +614,7 @@ def check_pipelines(bundle: Bundle) -> None:
     errors = bundle.errors
     for key, pipeline in bundle.pipelines.items():
         where = f"resources.pipelines.{key}"
-        found: list[str] = []
-        check_model(Pipeline, pipeline, where, found)
-        errors.extend(found)
-        if not found:
-            try:
-                Pipeline.from_dict(pipeline)
-            except (ValueError, TypeError) as exc:
-                errors.append(f"{where}: rejected by databricks.bundles Pipeline.from_dict: {exc}")
+        check_resource(Pipeline, pipeline, where, errors)
         source_dir = bundle.pipeline_sources.get(key, bundle.root / "databricks.yml").parent
         libraries = pipeline.get("libraries") or []
         if not libraries:

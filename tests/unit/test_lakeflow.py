@@ -119,10 +119,11 @@ def test_spec_names_absolute_files_and_the_effective_worker(tmp_path: Path, monk
     connector = _write(tmp_path / "sink.properties", SINK)
     worker = cfg.validate_worker({"storage.root": "state", "bootstrap.servers": "127.0.0.1:1234"})
     config = cfg.validate_connector(SINK, "sink.properties", worker=worker)
-    spec = local.write_spec(worker, config, "sink.properties", None, ["tasks.max=2"])
+    spec = local.write_spec(worker, config, "sink.properties", None, ["tasks.max=2", "gcp.credentials.json={}"])
     root = tmp_path / "state" / "pipelines" / "orders.to-pubsub"
-    assert spec == root / "spec" / "spark-pipeline.yml"
-    assert json.loads(spec.read_text()) == {
+    assert spec.path == root / "spec" / "spark-pipeline.yml"
+    assert spec.configuration["pubsub_connect.set.gcp.credentials.json"] == "{}"  # given to the update on stdin
+    assert json.loads(spec.path.read_text()) == {
         "name": "pubsub-connect-orders.to-pubsub",
         "storage": (root / "system").as_uri(),
         "database": "default",
@@ -131,6 +132,7 @@ def test_spec_names_absolute_files_and_the_effective_worker(tmp_path: Path, monk
             "pubsub_connect.set.storage.root": str(tmp_path / "state"),
             "pubsub_connect.set.bootstrap.servers": "127.0.0.1:1234",
             "pubsub_connect.set.tasks.max": "2",
+            "pubsub_connect.set.gcp.credentials.json": "********",  # on disk: masked
         },
         "libraries": [{"glob": {"include": "definitions.py"}}],
     }

@@ -85,7 +85,7 @@ def dataset_name(kind: str, connector: str) -> str:
 
 class Graph:
     """The ``pyspark.pipelines`` decorators of this runtime, with what the open-source and the
-    Databricks runtimes differ in smoothed over."""
+    Databricks runtimes differ in smoothed over, and the worker the datasets read Kafka with."""
 
     def __init__(self, spark: SparkSession, dp: Any, worker: cfg.WorkerConfig):
         self.spark = spark
@@ -141,11 +141,11 @@ def _typed(rows: DataFrame, schema: Any) -> DataFrame:
     return rows.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
-def _define_kafka_bronze(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> str:
+def _define_kafka_bronze(graph: Graph, config: cfg.ConnectorConfig) -> str:
     from pubsub_connect.pipelines.kafka_ingest import bronze_rows, kafka_read_options
 
     name = dataset_name(BRONZE, config.name)
-    options = kafka_read_options(worker, config)
+    options = kafka_read_options(graph.worker, config)
 
     def bronze() -> DataFrame:
         return bronze_rows(graph.spark.readStream.format("kafka").options(**options).load())
@@ -185,27 +185,27 @@ def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: Str
         lambda: dlq_topic_records(graph.stream(dlq), config, columns))
 
 
-def define_cps_sink(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, store: TableStore) -> None:
+def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
     from pubsub_connect.model.cps_sink import to_outbox
     from pubsub_connect.pipelines.cps_sink import sink_settings, split_converted
 
-    bronze = _define_kafka_bronze(graph, worker, config)
+    bronze = _define_kafka_bronze(graph, config)
     settings = sink_settings(config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))
     _define_sink_tables(graph, config, view, split_converted, PUBSUB_OUTBOX)
 
 
-def define_lite_sink(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, store: TableStore) -> None:
+def define_lite_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
     from pubsub_connect.pipelines.lite_sink import converted_rows, split
 
-    bronze = _define_kafka_bronze(graph, worker, config)
+    bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: converted_rows(graph.stream(bronze), config), _expectation(config))
     _define_sink_tables(graph, config, view, split, LITE_OUTBOX)
 
 
-def define_cps_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, store: TableStore) -> None:
+def define_cps_source(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
     from pubsub_connect.model.cps_source import to_kafka_outbox_stream
     from pubsub_connect.pipelines.cps_source import check_settings
 
@@ -236,13 +236,12 @@ def define_cps_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.Connec
     _define_dlq_topic(graph, config, PUBSUB_DLQ)
 
 
-def define_lite_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.ConnectorConfig,
-                       store: TableStore) -> None:
+def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
     from pubsub_connect.pipelines.lite_source import kafka_partition_count, source_converters, to_outbox_stream
 
     converters = source_converters(config)
     # explicit partitions need the topic's partition count: asked once, when the pipeline starts
-    partitions = kafka_partition_count(worker, str(config.get("kafka.topic")))
+    partitions = kafka_partition_count(graph.worker, str(config.get("kafka.topic")))
     bronze = TableRef(BRONZE, config.name)
 
     def outbox() -> DataFrame:
@@ -254,7 +253,7 @@ def define_lite_source(graph: Graph, worker: cfg.WorkerConfig, config: cfg.Conne
 
 #: connector kind → the function that defines its datasets. The archive has none: its output is
 #: the object store, which is also where it keeps its position, so it has no tables to declare.
-DEFINERS: dict[str, Callable[[Graph, cfg.WorkerConfig, cfg.ConnectorConfig, TableStore], None]] = {
+DEFINERS: dict[str, Callable[[Graph, cfg.ConnectorConfig, TableStore], None]] = {
     cfg.CPS_SINK: define_cps_sink,
     cfg.CPS_SOURCE: define_cps_source,
     cfg.LITE_SINK: define_lite_sink,
@@ -276,4 +275,4 @@ def define(spark: SparkSession, dp: Any, run_config: cfg.RunConfig, store: Table
         raise cfg.ConfigError(f"a pipeline runs one connector, got {len(run_config.connectors)}")
     config = run_config.connectors[0]
     check_declarable(config)
-    DEFINERS[config.kind](Graph(spark, dp, run_config.worker), run_config.worker, config, store)
+    DEFINERS[config.kind](Graph(spark, dp, run_config.worker), config, store)

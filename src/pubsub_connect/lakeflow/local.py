@@ -31,6 +31,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -77,8 +78,17 @@ def pipeline_spark_conf(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -
     return conf
 
 
+@dataclass(frozen=True)
+class PipelineSpec:
+    """A written ``spark-pipeline.yml`` and the configuration it stands for: on disk the values
+    of secret-looking keys are masked; the update gets the real ones on its standard input."""
+
+    path: Path
+    configuration: dict[str, str]
+
+
 def write_spec(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, connector_file: str,
-               worker_file: str | None, overrides: Sequence[str]) -> Path:
+               worker_file: str | None, overrides: Sequence[str]) -> PipelineSpec:
     """The pipeline's ``spark-pipeline.yml`` and its source file, under the pipeline's folder.
 
     Paths are made absolute and the worker's effective ``storage.root`` and
@@ -90,18 +100,19 @@ def write_spec(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, connector_
     source = resources.files("pubsub_connect.lakeflow").joinpath("definitions.py").read_text()
     (spec_dir / "definitions.py").write_text(source)
     carried = [f"storage.root={Path(worker.storage_root).resolve()}", f"bootstrap.servers={worker.bootstrap_servers}"]
+    configuration = pipeline_configuration(str(Path(connector_file).resolve()),
+                                           str(Path(worker_file).resolve()) if worker_file else None,
+                                           [*carried, *overrides])
     spec = {
         "name": f"pubsub-connect-{config.name}",
         "storage": (root / "system").as_uri(),
         "database": "default",
-        "configuration": pipeline_configuration(str(Path(connector_file).resolve()),
-                                                str(Path(worker_file).resolve()) if worker_file else None,
-                                                [*carried, *overrides]),
+        "configuration": {k: cfg.MASK if cfg.is_secret_key(k) else v for k, v in configuration.items()},
         "libraries": [{"glob": {"include": "definitions.py"}}],
     }
     path = spec_dir / "spark-pipeline.yml"
     path.write_text(json.dumps(spec, indent=2) + "\n")  # JSON is YAML
-    return path
+    return PipelineSpec(path, configuration)
 
 
 def clean_error(message: str) -> str:
@@ -125,25 +136,25 @@ def raised_error(log_path: Path) -> str | None:
     return None
 
 
-def run_update(name: str, spec: Path, spark_conf: dict[str, str], emit: Callable[[str], None],
+def run_update(name: str, spec: PipelineSpec, spark_conf: dict[str, str], emit: Callable[[str], None],
                stop: threading.Event | None = None) -> None:
     """One pipeline update in a child process; progress lines per dataset; raises
     :class:`ConnectorError` with the update's error when it fails."""
-    folder = spec.parent.parent
-    conf_file = folder / "spark-conf.json"
-    conf_file.write_text(json.dumps(spark_conf))
+    folder = spec.path.parent.parent
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
     log_path = folder / "update.log"
     emit(f"[{name}.pipeline] update started")
     result: dict[str, object] = {}
     with log_path.open("w") as spark_log:
-        child = subprocess.Popen([sys.executable, "-m", "pubsub_connect.lakeflow.update", str(spec), str(conf_file)],
-                                 stdout=subprocess.PIPE, stderr=spark_log, stdin=subprocess.DEVNULL, env=env,
+        child = subprocess.Popen([sys.executable, "-m", "pubsub_connect.lakeflow.update", str(spec.path)],
+                                 stdout=subprocess.PIPE, stderr=spark_log, stdin=subprocess.PIPE, env=env,
                                  text=True)
         watcher = _stop_watcher(child, stop)
         try:
-            assert child.stdout is not None
+            assert child.stdin is not None and child.stdout is not None
+            with child.stdin:
+                child.stdin.write(json.dumps({"spark_conf": spark_conf, "configuration": spec.configuration}))
             for line in child.stdout:
                 try:
                     record = json.loads(line)
@@ -211,7 +222,7 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
                  stop: threading.Event | None = None, quiet_failures: bool = True) -> PipelineContext:
     """Run one connector's declarative variant (see the module docstring); returns the context
     of its job stages (whose store finds the pipeline's tables)."""
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
     if len(run_config.connectors) != 1:
@@ -237,12 +248,17 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
         run_update(config.name, spec, spark_conf, emit)
         run_stages(ctx, config, after)
         return ctx
-    _run_continuously(ctx, config, before, after, spec, spark_conf, emit, stop or threading.Event())
+    stop = stop or threading.Event()
+    try:  # after the session exists: PySpark's context installs a Ctrl-C handler of its own
+        install_stop_signals(stop)
+    except ValueError:  # not the main thread (a notebook, a test): setting ``stop`` stops it
+        log.debug("stop signals not installed (not the main thread)")
+    _run_continuously(ctx, config, before, after, spec, spark_conf, emit, stop)
     return ctx
 
 
 def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before: list[Stage], after: list[Stage],
-                      spec: Path, spark_conf: dict[str, str], emit: Callable[[str], None],
+                      spec: PipelineSpec, spark_conf: dict[str, str], emit: Callable[[str], None],
                       stop: threading.Event) -> None:
     """Job stages running all along, pipeline updates one after the other until ``stop``. The
     stage after the pipeline starts once the first update has created the tables it reads."""

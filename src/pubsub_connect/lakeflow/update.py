@@ -1,5 +1,7 @@
 """One update of a local declarative pipeline, run in a process of its own:
-``python -m pubsub_connect.lakeflow.update SPEC.yml SPARK_CONF.json``.
+``python -m pubsub_connect.lakeflow.update SPEC.yml``, with ``{"spark_conf": {…},
+"configuration": {…}}`` on standard input: the Spark settings and the pipeline's configuration,
+which may hold secrets (``--set`` values, ``spark.*`` keys) and so are never written to a file.
 
 Why not the ``spark-pipelines`` script: it starts the Spark Connect server that runs the
 pipeline with the fixed port 15002 on every interface, without the session's static settings
@@ -19,6 +21,7 @@ then ``{"result": "COMPLETED"}`` or ``{"result": "FAILED", "error": first line}`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -72,14 +75,15 @@ def start_server(spark_conf: dict[str, str]) -> str:
     return f"sc://localhost:{port}/;token={token}"
 
 
-def run_update(spec_path: Path, url: str) -> bool:
-    """Register the spec's definitions and run one update; True when it completed."""
+def run_update(spec_path: Path, url: str, configuration: dict[str, str]) -> bool:
+    """Register the spec's definitions and run one update with ``configuration`` (in place of
+    the spec's); True when it completed."""
     from pyspark.pipelines.cli import load_pipeline_spec, register_definitions
     from pyspark.pipelines.spark_connect_graph_element_registry import SparkConnectGraphElementRegistry
     from pyspark.pipelines.spark_connect_pipeline import create_dataflow_graph, start_run
     from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
 
-    spec = load_pipeline_spec(spec_path)
+    spec = dataclasses.replace(load_pipeline_spec(spec_path), configuration=configuration)
     # pyspark.sql.functions build Spark Connect columns only in this mode (the process also has
     # the classic session that hosts the server, and the functions would build classic ones)
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
@@ -115,13 +119,14 @@ def run_update(spec_path: Path, url: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec, conf_file = (argv if argv is not None else sys.argv[1:])[:2]
-    spark_conf = json.loads(Path(conf_file).read_text())
+    (spec,) = (argv if argv is not None else sys.argv[1:])[:1]
+    settings = json.loads(sys.stdin.read())
+    spark_conf, configuration = dict(settings["spark_conf"]), dict(settings["configuration"])
     sys.stdout = sys.stderr
     # the Python the pipeline's UDF workers run must have this package (and its settings) too
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
-        completed = run_update(Path(spec), start_server(spark_conf))
+        completed = run_update(Path(spec), start_server(spark_conf), configuration)
     except Exception as exc:
         _emit({"result": "FAILED", "error": _first_line(exc)})
         return 1

@@ -1111,16 +1111,15 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
         )
         slot = F.pmod(F.lit(start_counter % count) + F.row_number().over(order) - 1, F.lit(count))
         partition = F.when(F.col("_rr"), slot).otherwise(partition)
-    return staged.select(
-        "key",
-        "value",
-        "headers",
-        partition.cast("int").alias("partition"),
-        "timestamp",
-        "message_id",
-        F.col("error_class").cast("string"),
-        F.col("error_message").cast("string"),
-    )
+    return staged.select(*_outbox_columns(partition))
+
+
+def _outbox_columns(partition: Column) -> list[Any]:
+    """:data:`OUTBOX_COLUMNS` of a staged frame, the partition given."""
+    from pyspark.sql import functions as F
+
+    return ["key", "value", "headers", partition.cast("int").alias("partition"), "timestamp", "message_id",
+            F.col("error_class").cast("string"), F.col("error_message").cast("string")]
 
 
 def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
@@ -1132,7 +1131,7 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     ``dropDuplicatesWithinWatermark``). Every column is computed as in :func:`to_kafka_outbox`,
     except the partition of a row that takes the round-robin path (``round_robin``, and
     ``ordering_key`` without an ordering key): ``pmod(xxhash64(message_id), kafka.partition.count)``,
-    which spreads messages as evenly as a counter but depends on nothing outside the row.
+    an even spread on average that depends on nothing outside the row.
 
     Columns: :data:`OUTBOX_COLUMNS` plus ``publish_time`` (for the outbox), and ``data``,
     ``attributes``, ``subscription`` (for the dead letters: the message as received).
@@ -1144,14 +1143,7 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
     partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))
     return staged.select(
-        "key",
-        "value",
-        "headers",
-        partition.cast("int").alias("partition"),
-        "timestamp",
-        "message_id",
-        F.col("error_class").cast("string"),
-        F.col("error_message").cast("string"),
+        *_outbox_columns(partition),
         F.col("_publish_time").alias("publish_time"),
         F.col("value").alias("data"),
         F.col("_attributes").alias("attributes"),
