@@ -38,7 +38,7 @@ params = explore.notebook_params(globals(), {
 connector = explore.connector_ref(params["connector"])
 store = explore.open_store(params["storage_root"], params["catalog"], params["schema"], shape=params["shape"],
                            connector=connector)
-print(f"connector {connector.name} ({connector.kind or 'kind unknown'}, {params['shape']}), storage {store.root}")
+print(f"connector {connector.name} ({connector.kind or 'kind unknown'}), storage {store.root}")
 
 # COMMAND ----------
 

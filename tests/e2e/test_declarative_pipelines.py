@@ -26,7 +26,7 @@ from pubsub_connect import explore
 from pubsub_connect.io.services import write_java_properties
 from pubsub_connect.io.tables import DLQ, OUTBOX, TableRef
 from pubsub_connect.lakeflow.local import run_pipeline
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext
+from pubsub_connect.pipelines.base import PipelineContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pubsub_emulator_host")]
 
@@ -145,24 +145,6 @@ def test_cps_sink_pipeline_publishes_what_the_job_publishes(spark, kafka_bootstr
     store = explore.open_store(str(tmp_path / "storage"), spark=spark, shape="pipeline", connector=ref)
     assert explore.table_counts(store, ref.name) == {"bronze": 6, "outbox": 5, "dlq": 1}
     assert [s.stage for s in explore.connector_checkpoints(store, ref)] == ["publish"]
-
-
-def test_errors_tolerance_none_stops_the_pipeline_naming_the_record(spark, kafka_bootstrap: str, tmp_path: Path,
-                                                                     unique_name: str) -> None:
-    create_topic(kafka_bootstrap, unique_name)
-    produce(kafka_bootstrap, unique_name, [Rec(b'{"ok": true}'), Rec(b"{broken")])
-    _, subscription = create_topic_and_subscription(unique_name)
-    keys = _sink_keys(unique_name, unique_name, unique_name, **{"errors.tolerance": "none"})
-
-    with pytest.raises(ConnectorError) as failure:
-        _pipeline(tmp_path, kafka_bootstrap, keys)
-    message = str(failure.value)
-    assert message.startswith(f"{unique_name}: pipeline update failed: record {unique_name}/0@1 cannot be converted: "
-                              "ConverterError: "), message
-    spark_log = tmp_path / "storage" / "pipelines" / unique_name / "update.log"
-    assert message.endswith("(errors.tolerance=none; set errors.tolerance=all to dead-letter such records) "
-                            f"(Spark's log: {spark_log})"), message
-    assert_no_more_messages(subscription, wait=1.0)
 
 
 def test_cps_source_pipeline_produces_what_the_job_produces(spark, kafka_bootstrap: str, tmp_path: Path,

@@ -138,3 +138,25 @@ def test_spec_names_absolute_files_and_the_effective_worker(tmp_path: Path, monk
     }
     source = (root / "spec" / "definitions.py").read_text()
     assert "define(spark, dp, _run_config, _store)" in source
+
+
+def test_errors_tolerance_none_fails_the_flow_naming_the_record(spark) -> None:
+    """``errors.tolerance=none`` in a pipeline: the first converted row with an error fails the
+    query with the jobs' one-line message (``raise_error``); ``all`` lets every row through."""
+    from pyspark.errors import PySparkException
+
+    from pubsub_connect.lakeflow.datasets import tolerate
+
+    rows = spark.createDataFrame(
+        [("orders", 0, 7, None, None), ("orders", 1, 9, "ConverterError", "value: JsonConverter: invalid JSON")],
+        "topic string, partition int, offset long, error_class string, error_message string")
+    strict = cfg.validate_connector({**SINK, "errors.tolerance": "none"}, "sink.properties")
+    tolerant = cfg.validate_connector({**SINK, "errors.tolerance": "all"}, "sink.properties")
+
+    assert tolerate(rows, tolerant).count() == 2
+    assert tolerate(rows.filter("error_class IS NULL"), strict).count() == 1
+    with pytest.raises(PySparkException) as failure:
+        tolerate(rows, strict).collect()
+    assert local.clean_error(str(failure.value)).endswith(
+        "record orders/1@9 cannot be converted: ConverterError: value: JsonConverter: invalid JSON "
+        "(errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")
