@@ -219,9 +219,11 @@ def _job_stages(ctx: PipelineContext, config: cfg.ConnectorConfig) -> tuple[list
 
 def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: str | None,
                  overrides: Sequence[str], once: bool, emit: Callable[[str], None],
-                 stop: threading.Event | None = None, quiet_failures: bool = True) -> PipelineContext:
+                 stop: threading.Event | None = None, quiet_failures: bool = False) -> PipelineContext:
     """Run one connector's declarative variant (see the module docstring); returns the context
-    of its job stages (whose store finds the pipeline's tables)."""
+    of its job stages (whose store finds the pipeline's tables). ``quiet_failures`` turns off the
+    session's JVM failure loggers, as ``run`` does: for a process of its own (the CLI), not for a
+    shared session."""
     from pubsub_connect.pipelines.base import install_stop_signals, run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
