@@ -55,7 +55,8 @@ def table_basename(table: TableRef) -> str:
     return f"{table.kind}_{connector}"
 
 
-def _join(root: str, *parts: str) -> str:
+def join_location(root: str, *parts: str) -> str:
+    """``parts`` under ``root``: a URI joined with ``/``, a local path resolved by ``pathlib``."""
     if "://" in root:
         return posixpath.join(root, *parts)
     return str(Path(root).joinpath(*parts))
@@ -70,10 +71,10 @@ class TableStore(ABC):
         self.root = root if "://" in root else str(Path(root).resolve())
 
     def path(self, table: TableRef) -> str:
-        return _join(self.root, table.kind, table.connector)
+        return join_location(self.root, table.kind, table.connector)
 
     def checkpoint(self, connector: str, stage: str) -> str:
-        return _join(self.root, "checkpoints", connector, stage)
+        return join_location(self.root, "checkpoints", connector, stage)
 
     @abstractmethod
     def exists(self, table: TableRef) -> bool: ...
@@ -308,7 +309,7 @@ class PipelineTableStore(SparkDeltaTableStore):
 
     def path(self, table: TableRef) -> str:
         if table.kind in self.managed:
-            return _join(self.warehouse, table_basename(table))
+            return join_location(self.warehouse, table_basename(table))
         return super().path(table)
 
 
@@ -350,21 +351,21 @@ def _log_transactions(spark: SparkSession, location: str) -> dict[str, int]:
     ``txn`` actions, then those of every JSON commit after it (the later one wins)."""
     from pyspark.sql import functions as F
 
-    log_dir = _join(location, "_delta_log")
+    log_dir = join_location(location, "_delta_log")
     after = -1
     sources = []
     try:
-        last = spark.read.json(_join(log_dir, "_last_checkpoint")).first()
+        last = spark.read.json(join_location(log_dir, "_last_checkpoint")).first()
     except Exception:  # no checkpoint yet
         last = None
     if last is not None and last["version"] is not None:
         after = int(last["version"])
         parts = last["parts"] if "parts" in last.asDict() and last["parts"] else None
         pattern = (f"{after:020d}.checkpoint.*.parquet" if parts else f"{after:020d}.checkpoint.parquet")
-        checkpoint = spark.read.parquet(_join(log_dir, pattern)).where("txn IS NOT NULL")
+        checkpoint = spark.read.parquet(join_location(log_dir, pattern)).where("txn IS NOT NULL")
         sources.append(checkpoint.select(F.lit(after).alias("commit"), "txn.appId", "txn.version"))
     try:  # one read of the JSON commits (a log with none after a checkpoint has no such files)
-        commits = spark.read.json(_join(log_dir, "*.json"))
+        commits = spark.read.json(join_location(log_dir, "*.json"))
     except Exception:
         commits = None
     if commits is not None and "txn" in commits.columns:  # a column that no commit has cannot be read

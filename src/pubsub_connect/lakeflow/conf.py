@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pubsub_connect import config as cfg
-from pubsub_connect.io.tables import _join
+from pubsub_connect.io.tables import join_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,12 +82,12 @@ def pipeline_root(worker: cfg.WorkerConfig, connector: str) -> str:
     """Where a local pipeline of ``connector`` keeps everything: ``<storage.root>/pipelines/<name>``
     (absolute: the pipeline runtime imports its sources from another working directory)."""
     root = worker.storage_root
-    return _join(root if "://" in root else str(Path(root).resolve()), "pipelines", connector)
+    return join_location(root if "://" in root else str(Path(root).resolve()), "pipelines", connector)
 
 
 def pipeline_warehouse(worker: cfg.WorkerConfig, connector: str) -> str:
     """The local pipeline's warehouse: the tables it defines are ``<warehouse>/<kind>_<name>``."""
-    return _join(pipeline_root(worker, connector), "tables")
+    return join_location(pipeline_root(worker, connector), "tables")
 
 
 def pipeline_store(spark: SparkSession, worker: cfg.WorkerConfig, name: str, kind: str) -> TableStore:

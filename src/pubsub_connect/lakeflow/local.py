@@ -118,7 +118,7 @@ def write_spec(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, connector_
 def clean_error(message: str) -> str:
     """A pipeline error as one plain line: no error class, no SQL state."""
     line = message.strip().splitlines()[0] if message.strip() else message
-    return _ERROR_DECORATION.sub("", _ERROR_DECORATION.sub("", line)).strip()
+    return _ERROR_DECORATION.sub("", line).strip()
 
 
 def raised_error(log_path: Path) -> str | None:
