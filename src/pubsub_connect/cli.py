@@ -8,6 +8,7 @@ print one line and exit non-zero; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -52,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="process what is available through every stage, then exit")
     run.add_argument("--stage", action="append", default=[],
                      help="run only this stage (repeatable), e.g. ingest, convert, publish")
+
+    worker = sub.add_parser("worker", help="a long-running worker with Kafka Connect's REST API (listeners)")
+    worker.add_argument("connectors", nargs="*", metavar="CONNECTOR.properties",
+                        help="connectors to create or update at start (others come from the worker's store)")
+    worker.add_argument("--worker", "-w", metavar="WORKER.properties",
+                        help="worker config (listeners, bootstrap.servers, storage.root, spark.*, …)")
+    worker.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a worker key; repeatable")
+
+    offsets = sub.add_parser("offsets", help="show, alter or reset a stopped connector's offsets (KIP-875)")
+    offsets.add_argument("action", choices=("show", "alter", "reset"))
+    offsets.add_argument("name", help="the connector's name")
+    offsets.add_argument("request", nargs="?", metavar="OFFSETS.json",
+                         help='alter: {"offsets": [...]} as Connect takes it: the JSON, a file, or - for stdin')
+    offsets.add_argument("--worker", "-w", metavar="WORKER.properties", help="worker config (storage.root, Kafka)")
+    offsets.add_argument("--connector", "-c", metavar="CONNECTOR.properties",
+                         help="the connector's config file (default: the worker's stored config of NAME)")
 
     pipeline = sub.add_parser("pipeline", help="a connector as a Lakeflow Declarative Pipeline, run locally")
     pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True)
@@ -121,9 +139,8 @@ def _use_running_services(worker: cfg.WorkerConfig) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from pubsub_connect.io.spark import silence_query_failure_logs
-    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
-    from pubsub_connect.pipelines.runtime import build_context, stages_for
+    from pubsub_connect.connect.locks import ConnectorLock
+    from pubsub_connect.pipelines.runtime import stages_for
 
     run_config = cfg.load(args.connectors, args.worker, args.overrides)
     _use_running_services(run_config.worker)
@@ -137,6 +154,19 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise cfg.ConfigError(f"{connector.name}: unknown stage(s) {sorted(unknown)} (stages: {names})")
             stages = [s for s in stages if s.name in args.stage]
         plans.append((connector, stages))
+
+    # one process per connector stage: another run or a worker holding one of them is refused here
+    with contextlib.ExitStack() as locks:
+        for connector, stages in plans:
+            locks.enter_context(ConnectorLock(run_config.worker.storage_root, connector.name,
+                                              [s.name for s in stages]))
+        return _run_plans(args, run_config, plans)
+
+
+def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list) -> int:
+    from pubsub_connect.io.spark import silence_query_failure_logs
+    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
+    from pubsub_connect.pipelines.runtime import build_context
 
     ctx = build_context(run_config.worker, once=args.once, progress=lambda line: print(line, flush=True))
     if not args.debug:
@@ -171,6 +201,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     if errors:
         raise errors[0]
     print("stopped", flush=True)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from pubsub_connect.connect.worker import run_worker
+    from pubsub_connect.pipelines.base import install_stop_signals
+
+    loaded = cfg.load(args.connectors, args.worker, args.overrides) if args.connectors else None
+    worker = loaded.worker if loaded else cfg.load_worker(args.worker, args.overrides)
+    _use_running_services(worker)
+    files = {c.name: cfg.read_properties(c.source) for c in loaded.connectors} if loaded else {}
+    stop = threading.Event()
+    install_stop_signals(stop)
+    run_worker(worker, files, stop, emit=lambda line: print(line, flush=True))
+    print("stopped", flush=True)
+    return 0
+
+
+def cmd_offsets(args: argparse.Namespace) -> int:
+    from pubsub_connect.connect.offsets_command import offsets_command
+
+    if args.action == "alter" and not args.request:
+        raise cfg.ConfigError('offsets alter: give the offsets as Connect takes them ({"offsets": [...]}), a file, '
+                              "or - for stdin")
+    worker = cfg.load_worker(args.worker, [])
+    _use_running_services(worker)
+    print(offsets_command(worker, args.action, args.name, args.connector, args.request), flush=True)
     return 0
 
 
@@ -254,6 +311,8 @@ COMMANDS = {
     "validate": cmd_validate,
     "run": cmd_run,
     "pipeline": cmd_pipeline,
+    "worker": cmd_worker,
+    "offsets": cmd_offsets,
     "services": cmd_services,
     "quickstart": cmd_quickstart,
     "jars": cmd_jars,
@@ -262,6 +321,7 @@ COMMANDS = {
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
+    from pubsub_connect.connect.locks import ConnectorBusyError
     from pubsub_connect.io.artifacts import ArtifactError
     from pubsub_connect.io.pubsub import PubSubIOError
     from pubsub_connect.model.connect import DataError
@@ -269,7 +329,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
     return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError,
-            ArtifactError)
+            ArtifactError, ConnectorBusyError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -426,6 +426,12 @@ WORKER_KEYS: tuple[Key, ...] = (
        "(Connect commits, and the original archive sink uploads, at this interval).", min=0),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
+    _k("listeners", "string", "http://127.0.0.1:8083",
+       "pubsub-connect worker: where Kafka Connect's REST API listens (http://host:port). Any address but "
+       "loopback requires rest.basic.auth.credentials.file."),
+    _k("rest.basic.auth.credentials.file", "string", None,
+       "pubsub-connect worker: user=password lines; when set, every REST request needs HTTP basic "
+       "authentication as one of these users."),
     _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
     _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS),
     _k("header.converter", "enum", None, "Default header.converter for connectors.", choices=HEADER_CONVERTERS),
@@ -438,7 +444,7 @@ WORKER_PREFIXES = ("spark.", "consumer.", "producer.", "admin.")
 # Connect worker keys that have no meaning here; accepted quietly (the file came from Connect).
 WORKER_IGNORED = frozenset({
     "offset.storage.file.filename", "plugin.path", "rest.port", "rest.host.name",
-    "listeners", "group.id", "offset.storage.topic", "config.storage.topic", "status.storage.topic",
+    "group.id", "offset.storage.topic", "config.storage.topic", "status.storage.topic",
     "offset.storage.replication.factor", "config.storage.replication.factor",
     "status.storage.replication.factor", "internal.key.converter", "internal.value.converter",
     "internal.key.converter.schemas.enable", "internal.value.converter.schemas.enable",
@@ -487,13 +493,13 @@ class _Validated:
         for key, setting in sorted(self.settings.items()):
             if setting.value is None:
                 continue
-            rows[key] = MASK if (setting.secret and mask_secrets) else _to_text(setting.value)
+            rows[key] = MASK if (setting.secret and mask_secrets) else to_text(setting.value)
         for key, value in sorted(self.passthrough.items()):
             rows[key] = MASK if (mask_secrets and is_secret_key(key)) else value
         return rows
 
 
-def _to_text(value: Any) -> str:
+def to_text(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
@@ -687,6 +693,19 @@ def load(connector_files: list[str | Path], worker_file: str | Path | None = Non
     if duplicates:
         raise ConfigError(f"connector name(s) used more than once: {', '.join(duplicates)}")
     return RunConfig(worker, connectors)
+
+
+def load_worker(worker_file: str | Path | None, overrides: list[str] | None = None) -> WorkerConfig:
+    """A worker file alone (the worker and offsets commands take connectors from elsewhere),
+    with ``--set key=value`` overrides of worker keys."""
+    raw = read_properties(worker_file) if worker_file else {}
+    origins: dict[str, str] = {}
+    for target, key, value in (_parse_override(item) for item in overrides or []):
+        if target is not None:
+            raise ConfigError(f"--set {target}:{key}: the worker has no connector {target} to override")
+        raw[key] = value
+        origins[key] = "--set"
+    return validate_worker(raw, str(worker_file) if worker_file else "<worker defaults>", origins)
 
 
 def load_raw(connector: Mapping[str, str], worker: Mapping[str, str] | None = None) -> RunConfig:

@@ -285,3 +285,34 @@ def test_a_query_like_stage_without_spark_status_is_not_watched_and_recovers() -
     assert ctx.lines[-1] == "[c.publish] recovered after 1 restart(s)"
     # the real pull loop has what the runner reads: no Spark status, a lastProgress
     assert not hasattr(PullLoop, "status") and isinstance(PullLoop.lastProgress, property)
+
+
+def test_two_connectors_starting_together_each_keep_their_own_cleanups(tmp_path) -> None:
+    """The stages of two connectors start on their own threads over one context: each runner
+    takes exactly the cleanup its own stage registered, even when both register at once."""
+    import threading
+
+    from pubsub_connect import config as cfg
+    from pubsub_connect.pipelines.base import PipelineContext
+
+    ctx = PipelineContext(spark=None, worker=cfg.validate_worker({"storage.root": str(tmp_path)}),  # type: ignore[arg-type]
+                          caps=None, store=None, once=False)  # type: ignore[arg-type]
+    both_registered = threading.Barrier(2)
+    closed: list[str] = []
+
+    def start(ctx: Any, config: Any) -> FakeQuery:
+        ctx.closers.append(lambda: closed.append(config.name))
+        both_registered.wait(timeout=30)  # the other connector's stage has registered its cleanup too
+        return FakeQuery()
+
+    runners = {name: StageRunner(ctx, FakeConfig(name), Stage("ingest", start), RestartPolicy()) for name in "ab"}
+    threads = [threading.Thread(target=runner.start) for runner in runners.values()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    for name, runner in runners.items():
+        closed.clear()
+        runner.close()
+        assert closed == [name]
+    assert ctx.closers == []

@@ -297,3 +297,13 @@ def silence_query_failure_logs(spark: SparkSession) -> None:
     log4j = jvm.org.apache.logging.log4j
     for name in QUERY_FAILURE_LOGGERS:
         log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+
+
+def quiet_routine_stops(spark: SparkSession) -> None:
+    """Turn the DAG scheduler's warnings down to errors in this session's driver. A worker stops
+    queries routinely (pause, stop, restart, config change), and each stop makes the scheduler
+    warn that a finished job group could not be cancelled."""
+    jvm = _driver_jvm(spark)
+    if jvm is not None:
+        log4j = jvm.org.apache.logging.log4j
+        log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)

@@ -94,7 +94,7 @@ import threading
 import time
 import uuid
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import chain
@@ -132,6 +132,7 @@ from pubsub_connect.model.blockgzip import (
     split_lines,
 )
 from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line, query_name
+from pubsub_connect.pipelines.kafka_position import starting_offsets, subscribed_partitions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -144,8 +145,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STAGE = "archive"
-#: Spark's JSON sentinel for "earliest" in ``startingOffsets``.
-EARLIEST = -2
 
 TopicPartition = tuple[str, int]
 
@@ -220,18 +219,6 @@ def resume_offsets(store: ObjectStore, prefix: str) -> dict[TopicPartition, int]
         offsets[tp] = file_end_offset(store, last.name.gz_key, last.name.first_offset, last.size,
                                       last.has_index)
     return offsets
-
-
-def starting_offsets(resume: dict[TopicPartition, int], subscribed: Sequence[TopicPartition]) -> str:
-    """Spark's ``startingOffsets`` for the subscribed partitions: the stored position, else
-    earliest. Spark (and the Python source) require JSON offsets to name every subscribed
-    partition, so partitions without files are listed with -2 (earliest)."""
-    if not any(tp in resume for tp in subscribed):
-        return "earliest"
-    doc: dict[str, dict[str, int]] = {}
-    for topic, partition in sorted(subscribed):
-        doc.setdefault(topic, {})[str(partition)] = resume.get((topic, partition), EARLIEST)
-    return json.dumps(doc, separators=(",", ":"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -943,17 +930,6 @@ def kafka_options(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, st
         options["subscribePattern"] = str(regex)
     options["maxOffsetsPerTrigger"] = str(ctx.worker.get("pipeline.max.records.per.batch"))
     return options
-
-
-def subscribed_partitions(options: dict[str, str]) -> list[TopicPartition]:
-    """The topic-partitions the subscription covers now (for a complete ``startingOffsets``)."""
-    from pubsub_connect.io.kafka_source import KafkaReadOptions, OffsetReader
-
-    reader = OffsetReader(KafkaReadOptions.parse(options, streaming=True))
-    try:
-        return list(reader.partitions())
-    finally:
-        reader.close()
 
 
 def select_archive_columns(df: DataFrame) -> DataFrame:

@@ -61,10 +61,19 @@ class PipelineContext:
     store: TableStore
     once: bool = True
     progress: Callable[[str], None] = field(default=print)
-    #: Cleanups registered by stages (e.g. a driver-side producer), run when the stage stops.
-    closers: list[Callable[[], None]] = field(default_factory=list)
+    #: Cleanups registered by stages (e.g. a driver-side client), run when the stage stops: one
+    #: list per thread, since the connectors of one process start their stages on their own threads
+    #: and each runner takes the cleanups its own stage registered.
+    _closers: threading.local = field(default_factory=threading.local, repr=False)
     #: checkpoint location → its query id, read once per stage start (see :meth:`batch_app_id`).
     _checkpoint_ids: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def closers(self) -> list[Callable[[], None]]:
+        items = getattr(self._closers, "items", None)
+        if items is None:
+            items = self._closers.items = []
+        return items
 
     def close_resources(self) -> None:
         run_closers(self.closers)
@@ -255,7 +264,8 @@ _TRANSIENT_MARKERS = (
     "failed to connect to all addresses", "Connection refused", "Connection reset", "Socket closed",
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "Timed out", "BrokerTransportFailure",
     "is the broker reachable", "KafkaUnreachableError", "TimeoutError", "No leaders found",
-    "LEADER_NOT_AVAILABLE", "NOT_LEADER",
+    "LEADER_NOT_AVAILABLE", "NOT_LEADER", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
+    "NOT_COORDINATOR",
     # Spark gives a new Python worker a hard-coded 10 s to connect back: an overloaded machine
     "Python worker failed to connect back",
 )

@@ -1,8 +1,9 @@
 """The ingest stage shared by every connector that reads Kafka: Kafka → ``bronze/<name>``.
 
-Why shared: the Pub/Sub sink, the Lite sink and the archive all start by landing Kafka records
-verbatim; the Kafka source's offsets live in this stage's checkpoint (the Connect offsets of the
-original), and each micro-batch is appended exactly once (Delta txn ``<name>/ingest``).
+Why shared: the Pub/Sub sink and the Lite sink both start by landing Kafka records verbatim; the
+Kafka source's offsets live in this stage's checkpoint (the Connect offsets of the original),
+each micro-batch is appended exactly once (Delta txn ``<name>/ingest``), and its end is
+committed to consumer group ``connect-<name>`` as Connect would (:mod:`.kafka_position`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.io import checkpoints
 from pubsub_connect.io.kafka_source import read_kafka
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.schemas import KAFKA_BRONZE
 from pubsub_connect.pipelines.base import PipelineContext, kafka_client_options
+from pubsub_connect.pipelines.kafka_position import (
+    GroupCommitter,
+    auto_offset_reset,
+    new_sink_start,
+    offsets_json_positions,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -27,21 +35,25 @@ STAGE = "ingest"
 def kafka_read_options(worker: WorkerConfig, config: ConnectorConfig) -> dict[str, str]:
     """Spark Kafka source options for a sink connector's ``topics`` / ``topics.regex``.
 
-    Like a Connect sink's consumer (``auto.offset.reset=earliest``), a new connector starts at
-    the earliest offset; afterwards the checkpoint decides. Worker ``consumer.*`` keys and the
-    connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options.
+    Like a Connect sink's consumer, a new connector starts at ``consumer.auto.offset.reset``
+    (Connect's default ``earliest``); afterwards the checkpoint decides. (:func:`ingest` first
+    looks for the offsets of consumer group ``connect-<name>``.) Worker ``consumer.*`` keys and
+    the connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options.
     """
     options = kafka_client_options(worker, "consumer.")
     for key, value in config.passthrough.items():
         if key.startswith("consumer.override."):
             options["kafka." + key[len("consumer.override."):]] = value
+    # Spark takes the start as startingOffsets and refuses the client's own reset policy
+    reset = auto_offset_reset(worker, config)
+    options.pop("kafka.auto.offset.reset", None)
     topics = config.get("topics")
     if topics:
         options["subscribe"] = ",".join(topics)
     else:
         options["subscribePattern"] = str(config.get("topics.regex"))
     options.update({
-        "startingOffsets": "earliest",
+        "startingOffsets": "latest" if reset == "latest" else "earliest",
         "includeHeaders": "true",
         "failOnDataLoss": "true",
         "maxOffsetsPerTrigger": str(worker.get("pipeline.max.records.per.batch")),
@@ -56,12 +68,28 @@ def bronze_rows(records: DataFrame) -> DataFrame:
 
 
 def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """Kafka → bronze. A connector without a checkpoint starts where consumer group
+    ``connect-<name>`` is (a cut-over from Kafka Connect, or offsets moved by the offsets tools);
+    each batch's end is committed to that group once the batch is in bronze."""
     ctx.check_kafka("consumer", config)
     bronze = TableRef(BRONZE, config.name)
     ctx.store.ensure(bronze, KAFKA_BRONZE)
-    landed = bronze_rows(read_kafka(ctx.spark, kafka_read_options(ctx.worker, config), caps=ctx.caps))
+    options = kafka_read_options(ctx.worker, config)
+    client = ctx.librdkafka_client("consumer", config)
+    checkpoint = ctx.store.checkpoint(config.name, STAGE)
+    if not checkpoints.started(checkpoint):
+        options["startingOffsets"], why = new_sink_start(ctx.worker, config, client, options)
+        ctx.progress(f"[{config.name}.{STAGE}] {why}")
+    landed = bronze_rows(read_kafka(ctx.spark, options, caps=ctx.caps))
+    group = GroupCommitter(client, config.name, ctx.progress)
+    ctx.closers.append(group.close)  # when the stage stops
+
+    def read_text(path: str) -> str:
+        return "\n".join(row[0] for row in ctx.spark.read.text(path).collect())
 
     def append(batch, batch_id: int) -> None:
         ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, STAGE), batch_id)
+        # in bronze now: the group may show it as consumed (its end offsets, from the checkpoint)
+        group.commit(offsets_json_positions(checkpoints.batch_offsets(checkpoint, batch_id, read_text)))
 
     return ctx.start_batches(landed, config, STAGE, append)

@@ -35,6 +35,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.io.checkpoints import lite_start_path
 from pubsub_connect.io.librdkafka import with_client_logger
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
@@ -103,7 +104,18 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     bronze = TableRef(BRONZE, config.name)
     ctx.store.ensure(bronze, LITE_BRONZE)
     checkpoint = ctx.store.checkpoint(config.name, "pull")
-    floor = {} if _has_checkpoint(checkpoint) else resume_floor(ctx, bronze)
+    moved = lite_start_path(checkpoint) if "://" not in checkpoint else None
+    if _has_checkpoint(checkpoint):
+        floor: dict[int, int] = {}
+        if moved is not None:
+            moved.unlink(missing_ok=True)  # the checkpoint has taken over from the moved start
+    elif moved is not None and moved.is_file():
+        # offsets moved by the offsets tools (the cursors are committed there): start exactly
+        # there, even behind what bronze holds, as the user asked
+        floor = {}
+        ctx.progress(f"[{config.name}.pull] starting from the moved offsets {moved.read_text()}")
+    else:
+        floor = resume_floor(ctx, bronze)
     opts = read_options(ctx, config, floor)
     cursors = OffsetClient(opts.connection, opts.subscription)
     landed = read_lite(ctx.spark, opts).select(
