@@ -26,9 +26,9 @@ EXIT_USER_ERROR = 2
 EXIT_FAILURE = 1
 
 
-def _add_config_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("connectors", nargs="+", metavar="CONNECTOR.properties",
-                        help="connector config files (Kafka Connect .properties)")
+def _add_config_args(parser: argparse.ArgumentParser, connectors: str = "+",
+                     connectors_help: str = "connector config files (Kafka Connect .properties)") -> None:
+    parser.add_argument("connectors", nargs=connectors, metavar="CONNECTOR.properties", help=connectors_help)
     parser.add_argument("--worker", "-w", metavar="WORKER.properties",
                         help="worker config (bootstrap.servers, storage.root, spark.*, …)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -55,12 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only this stage (repeatable), e.g. ingest, convert, publish")
 
     worker = sub.add_parser("worker", help="a long-running worker with Kafka Connect's REST API (listeners)")
-    worker.add_argument("connectors", nargs="*", metavar="CONNECTOR.properties",
-                        help="connectors to create or update at start (others come from the worker's store)")
-    worker.add_argument("--worker", "-w", metavar="WORKER.properties",
-                        help="worker config (listeners, bootstrap.servers, storage.root, spark.*, …)")
-    worker.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override a worker key; repeatable")
+    _add_config_args(worker, "*", "connectors to create or update at start (others come from the worker's store)")
 
     offsets = sub.add_parser("offsets", help="show, alter or reset a stopped connector's offsets (KIP-875)")
     offsets.add_argument("action", choices=("show", "alter", "reset"))

@@ -15,8 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, pull_distinct, subscriber
 from pubsub_connect.io.consumer_groups import ConsumerGroupOffsets
 from pubsub_connect.io.services import free_port
+from unit.test_connect_rest import call
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -61,18 +60,7 @@ class Worker:
         return self.proc.wait(120)
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=120) as response:
-                payload = response.read()
-                return response.status, json.loads(payload) if payload else None
-        except urllib.error.HTTPError as exc:
-            payload = exc.read()
-            return exc.code, json.loads(payload) if payload else None
-        except (urllib.error.URLError, ConnectionError):
-            return 0, None
+        return call(self.url, method, path, body)
 
     def wait_for(self, condition, what: str, timeout_s: float = 300) -> None:
         """Poll ``condition`` (an HTTP read) until true; fail naming ``what`` and the log's tail

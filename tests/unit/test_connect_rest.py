@@ -30,12 +30,14 @@ def call(url: str, method: str, path: str, body: Any = None, auth: tuple[str, st
     request = urllib.request.Request(url + path, data=None if body is None else json.dumps(body).encode(),
                                      method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
+        with urllib.request.urlopen(request, timeout=120) as response:
             payload = response.read()
             return response.status, json.loads(payload) if payload else None
     except urllib.error.HTTPError as exc:
         payload = exc.read()
         return exc.code, json.loads(payload) if payload else None
+    except (urllib.error.URLError, ConnectionError):  # nothing listening (yet)
+        return 0, None
 
 
 @pytest.fixture

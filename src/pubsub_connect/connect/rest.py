@@ -304,7 +304,11 @@ class RestServer:
 
     def __init__(self, listener: Listener, api: ConnectRestApi, auth: BasicAuth | None):
         self.listener = listener
-        self.httpd = ThreadingHTTPServer((listener.host, listener.port), _handler_class(api, auth))
+        try:
+            self.httpd = ThreadingHTTPServer((listener.host, listener.port), _handler_class(api, auth))
+        except OSError as exc:  # e.g. another worker (or Kafka Connect) already on the port
+            raise cfg.ConfigError(f"listeners=http://{listener.worker_id}: cannot listen there: {exc.strerror}") \
+                from None
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="connect-rest", daemon=True)
 

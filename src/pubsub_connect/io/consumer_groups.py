@@ -86,10 +86,7 @@ class ConsumerGroupOffsets:
             except KafkaException as exc:
                 raise ConsumerGroupError(f"cannot read the offsets of consumer group {self.group}: "
                                          f"{_describe(exc)}") from None
-        failed = [tp for tp in committed if tp.error is not None]
-        if failed:
-            raise ConsumerGroupError(f"cannot read the offsets of consumer group {self.group}: "
-                                     f"{failed[0].topic}-{failed[0].partition}: {failed[0].error.name()}")
+        self._check(committed, "read the offsets of")
         return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
     def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
@@ -105,9 +102,13 @@ class ConsumerGroupOffsets:
             except KafkaException as exc:
                 raise ConsumerGroupError(f"cannot commit offsets to consumer group {self.group}: "
                                          f"{_describe(exc)}") from None
-        failed = [tp for tp in result if tp.error is not None]
+        self._check(result, "commit offsets to")
+
+    def _check(self, partitions: list[TopicPartition], action: str) -> None:
+        """Raise for the first partition the broker answered with an error."""
+        failed = [tp for tp in partitions if tp.error is not None]
         if failed:
-            raise ConsumerGroupError(f"cannot commit offsets to consumer group {self.group}: "
+            raise ConsumerGroupError(f"cannot {action} consumer group {self.group}: "
                                      f"{failed[0].topic}-{failed[0].partition}: {failed[0].error.name()}")
 
     def delete(self) -> None:
