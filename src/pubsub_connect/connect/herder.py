@@ -69,6 +69,7 @@ class ConnectorRuntime:
     stop_event: threading.Event = field(default_factory=threading.Event)
     #: Serialises this connector's transitions (pause while it starts, two restarts…).
     transition: threading.Lock = field(default_factory=threading.Lock)
+    deleted: bool = False
 
     @property
     def name(self) -> str:
@@ -105,7 +106,8 @@ class Herder:
             runtime = ConnectorRuntime(stored, ConnectorLock(self.worker.storage_root, stored.name, []))
             with self._mutex:
                 self._connectors[stored.name] = runtime
-            self._apply(runtime)
+            with runtime.transition:
+                self._apply(runtime)
         for name, raw in files.items():
             self.put_config(name, dict(raw))
 
@@ -225,7 +227,8 @@ class Herder:
                 raise HerderError(f"Connector {name} already exists", 409)
             self._connectors[name] = runtime
         self.store.put(stored)
-        self._apply(runtime)
+        with runtime.transition:
+            self._apply(runtime)
         return self.info(name)
 
     def put_config(self, name: str, raw: dict[str, str]) -> tuple[bool, dict[str, Any]]:
@@ -242,22 +245,24 @@ class Herder:
         raw["name"] = name
         self._validated(name, raw)
         with runtime.transition:
+            self._live(runtime)
             self._halt(runtime)
             runtime.stored = StoredConnector(name, raw, runtime.stored.target_state)
             self.store.put(runtime.stored)
-        self._apply(runtime)
+            self._apply(runtime)
         return False, self.info(name)
 
     def set_target(self, name: str, target: str) -> None:
         """``PUT /connectors/{name}/pause|resume|stop``."""
         runtime = self._get(name)
         with runtime.transition:
+            self._live(runtime)
             if runtime.stored.target_state == target and runtime.state != FAILED:
                 return
             self._halt(runtime)
             runtime.stored = StoredConnector(name, runtime.stored.config, target)
             self.store.put(runtime.stored)
-        self._apply(runtime)
+            self._apply(runtime)
 
     def restart(self, name: str, only_failed: bool = False) -> None:
         """``POST /connectors/{name}/restart``: a connector meant to run starts again from its
@@ -266,18 +271,21 @@ class Herder:
         if only_failed and runtime.state != FAILED:
             return
         with runtime.transition:
+            self._live(runtime)
             if runtime.stored.target_state != STARTED:
                 return
             self._halt(runtime)
-        self._apply(runtime)
+            self._apply(runtime)
 
     def delete(self, name: str) -> None:
         """``DELETE /connectors/{name}``: stops it and forgets its config; its tables and
         checkpoints stay, so creating it again under the same name resumes where it was."""
         runtime = self._get(name)
         with runtime.transition:
+            self._live(runtime)
             self._halt(runtime)
             runtime.lock.release()
+            runtime.deleted = True
             self.store.delete(name)
             with self._mutex:
                 self._connectors.pop(name, None)
@@ -314,29 +322,34 @@ class Herder:
     # ---------------------------------------------------------------------------------------
     # running
 
+    @staticmethod
+    def _live(runtime: ConnectorRuntime) -> None:
+        """A request that waited for a delete of the same connector finds it gone."""
+        if runtime.deleted:
+            raise not_found(runtime.name)
+
     def _apply(self, runtime: ConnectorRuntime) -> None:
-        """Bring a connector to its target state (it is halted when this is called)."""
-        with runtime.transition:
-            target = runtime.stored.target_state
-            runtime.trace = None
-            try:
-                runtime.config = cfg.validate_connector(dict(runtime.stored.config), runtime.name, worker=self.worker)
-                runtime.stages = tuple(self.stages_for(runtime.config.kind))
-                runtime.lock.release()  # the stages may differ after a config change
-                runtime.lock = ConnectorLock(self.worker.storage_root, runtime.name, [s.name for s in runtime.stages])
-                if target != STOPPED:  # a stopped connector is free for the offsets tools
-                    runtime.lock.acquire()
-            except (cfg.ConfigError, ConnectorBusyError) as exc:
-                self._failed(runtime, exc)
-                return
-            if target != STARTED:
-                runtime.state = STATE_OF_TARGET[target]
-                return
-            runtime.state = UNASSIGNED
-            runtime.stop_event = threading.Event()
-            runtime.thread = threading.Thread(target=self._run, args=(runtime, runtime.stop_event),
-                                              name=f"connector-{runtime.name}", daemon=True)
-            runtime.thread.start()
+        """Bring a halted connector to its target state; the caller holds ``runtime.transition``."""
+        target = runtime.stored.target_state
+        runtime.trace = None
+        try:
+            runtime.config = cfg.validate_connector(dict(runtime.stored.config), runtime.name, worker=self.worker)
+            runtime.stages = tuple(self.stages_for(runtime.config.kind))
+            runtime.lock.release()  # the stages may differ after a config change
+            runtime.lock = ConnectorLock(self.worker.storage_root, runtime.name, [s.name for s in runtime.stages])
+            if target != STOPPED:  # a stopped connector is free for the offsets tools
+                runtime.lock.acquire()
+        except (cfg.ConfigError, ConnectorBusyError) as exc:
+            self._failed(runtime, exc)
+            return
+        if target != STARTED:
+            runtime.state = STATE_OF_TARGET[target]
+            return
+        runtime.state = UNASSIGNED
+        runtime.stop_event = threading.Event()
+        runtime.thread = threading.Thread(target=self._run, args=(runtime, runtime.stop_event),
+                                          name=f"connector-{runtime.name}", daemon=True)
+        runtime.thread.start()
 
     def _run(self, runtime: ConnectorRuntime, stop: threading.Event) -> None:
         try:
