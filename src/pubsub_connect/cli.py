@@ -206,7 +206,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     loaded = cfg.load(args.connectors, args.worker, args.overrides) if args.connectors else None
     worker = loaded.worker if loaded else cfg.load_worker(args.worker, args.overrides)
     _use_running_services(worker)
-    files = {c.name: cfg.read_properties(c.source) for c in loaded.connectors} if loaded else {}
+    files = loaded.raw if loaded else {}
     stop = threading.Event()
     install_stop_signals(stop)
     run_worker(worker, files, stop, emit=lambda line: print(line, flush=True))

@@ -559,6 +559,8 @@ class WorkerConfig(_Validated):
 class RunConfig:
     worker: WorkerConfig
     connectors: list[ConnectorConfig]
+    #: connector name → its key/value map as read, overrides applied (what a worker stores).
+    raw: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _apply(defs: tuple[Key, ...], raw: Mapping[str, str], origins: Mapping[str, str], source: str,
@@ -663,19 +665,12 @@ def load(connector_files: list[str | Path], worker_file: str | Path | None = Non
     ``--set key=value`` overrides. A bare key goes to every connector (and to the worker when it
     is a worker key); ``NAME:key=value`` targets the connector named NAME."""
     parsed_overrides = [_parse_override(item) for item in overrides or []]
-    worker_raw: dict[str, str] = {}
-    worker_origins: dict[str, str] = {}
-    worker_source = str(worker_file) if worker_file else "<worker defaults>"
-    if worker_file:
-        worker_raw = read_properties(worker_file)
     worker_names = {k.name for k in WORKER_KEYS}
-    for target, key, value in parsed_overrides:
-        if target is None and (key in worker_names or key.startswith(WORKER_PREFIXES)):
-            worker_raw[key] = value
-            worker_origins[key] = "--set"
-    worker = validate_worker(worker_raw, worker_source, worker_origins)
+    worker = _worker_from(worker_file, [(key, value) for target, key, value in parsed_overrides
+                                        if target is None and (key in worker_names or key.startswith(WORKER_PREFIXES))])
 
     connectors: list[ConnectorConfig] = []
+    raws: dict[str, dict[str, str]] = {}
     if not connector_files:
         raise ConfigError("no connector .properties file given")
     for path in connector_files:
@@ -688,24 +683,29 @@ def load(connector_files: list[str | Path], worker_file: str | Path | None = Non
                 raw[key] = value
                 origins[key] = "--set"
         connectors.append(validate_connector(raw, str(path), origins, worker))
+        raws[connectors[-1].name] = raw
     names = [c.name for c in connectors]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ConfigError(f"connector name(s) used more than once: {', '.join(duplicates)}")
-    return RunConfig(worker, connectors)
+    return RunConfig(worker, connectors, raws)
+
+
+def _worker_from(worker_file: str | Path | None, overrides: list[tuple[str, str]]) -> WorkerConfig:
+    raw = read_properties(worker_file) if worker_file else {}
+    raw.update(overrides)
+    return validate_worker(raw, str(worker_file) if worker_file else "<worker defaults>",
+                           {key: "--set" for key, _ in overrides})
 
 
 def load_worker(worker_file: str | Path | None, overrides: list[str] | None = None) -> WorkerConfig:
     """A worker file alone (the worker and offsets commands take connectors from elsewhere),
     with ``--set key=value`` overrides of worker keys."""
-    raw = read_properties(worker_file) if worker_file else {}
-    origins: dict[str, str] = {}
-    for target, key, value in (_parse_override(item) for item in overrides or []):
+    parsed = [_parse_override(item) for item in overrides or []]
+    for target, key, _ in parsed:
         if target is not None:
             raise ConfigError(f"--set {target}:{key}: the worker has no connector {target} to override")
-        raw[key] = value
-        origins[key] = "--set"
-    return validate_worker(raw, str(worker_file) if worker_file else "<worker defaults>", origins)
+    return _worker_from(worker_file, [(key, value) for _, key, value in parsed])
 
 
 def load_raw(connector: Mapping[str, str], worker: Mapping[str, str] | None = None) -> RunConfig:

@@ -24,9 +24,9 @@ from typing import Any
 
 from pubsub_connect import config as cfg
 from pubsub_connect.connect import offsets as connect_offsets
-from pubsub_connect.connect.config_store import PAUSED, STARTED, STOPPED, TARGET_STATES, ConfigStore, StoredConnector
+from pubsub_connect.connect.config_store import STARTED, STOPPED, TARGET_STATES, ConfigStore, StoredConnector
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
-from pubsub_connect.connect.plugins import HIDDEN
+from pubsub_connect.connect.plugins import HIDDEN, shown
 from pubsub_connect.pipelines.base import PipelineContext, Stage, error_line, run_stages
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 RUNNING = "RUNNING"
 FAILED = "FAILED"
 UNASSIGNED = "UNASSIGNED"
-STATE_OF_TARGET = {STARTED: RUNNING, PAUSED: "PAUSED", STOPPED: "STOPPED"}
 
 
 class HerderError(Exception):
@@ -50,9 +49,8 @@ def not_found(name: str) -> HerderError:
 
 
 def mask(config: Mapping[str, str]) -> dict[str, str]:
-    """A connector config as every response shows it: literal secrets hidden (a ``${…}`` provider
-    reference is not a secret and stays readable)."""
-    return {k: HIDDEN if cfg.is_secret_key(k) and v and not v.startswith("${") else v for k, v in config.items()}
+    """A connector config as every response shows it (:func:`~pubsub_connect.connect.plugins.shown`)."""
+    return {k: shown(k, v) for k, v in config.items()}
 
 
 @dataclass
@@ -99,7 +97,7 @@ class Herder:
     # ---------------------------------------------------------------------------------------
     # lifecycle of the worker
 
-    def start(self, files: Mapping[str, Mapping[str, str]] = {}) -> None:
+    def start(self, files: Mapping[str, Mapping[str, str]] | None = None) -> None:
         """Bring back every stored connector in its target state, then create or update the
         connectors given as files (like ``connect-standalone``'s connector arguments)."""
         for stored in self.store.load_all():
@@ -108,7 +106,7 @@ class Herder:
                 self._connectors[stored.name] = runtime
             with runtime.transition:
                 self._apply(runtime)
-        for name, raw in files.items():
+        for name, raw in (files or {}).items():
             self.put_config(name, dict(raw))
 
     def shutdown(self) -> None:
@@ -148,18 +146,15 @@ class Herder:
             return "unknown"
         return "sink" if kind in cfg.SINK_KINDS else "source"
 
-    def _task_count(self, runtime: ConnectorRuntime) -> int:
-        if runtime.state == "STOPPED":
-            return 0
-        try:
-            return len(self.stages_for(cfg.connector_kind(runtime.stored.config, runtime.name)))
-        except cfg.ConfigError:
-            return 0
+    @staticmethod
+    def _tasks(runtime: ConnectorRuntime) -> tuple[Stage, ...]:
+        """The connector's tasks, its stages; none while STOPPED or when its config never loaded."""
+        return () if runtime.state == STOPPED else runtime.stages
 
     def info(self, name: str) -> dict[str, Any]:
         runtime = self._get(name)
         return {"name": name, "config": mask(runtime.stored.config),
-                "tasks": [{"connector": name, "task": i} for i in range(self._task_count(runtime))],
+                "tasks": [{"connector": name, "task": i} for i in range(len(self._tasks(runtime)))],
                 "type": self.connector_type(runtime)}
 
     def config(self, name: str) -> dict[str, str]:
@@ -172,7 +167,7 @@ class Herder:
         if trace:
             connector["trace"] = trace
         tasks = []
-        for task in range(self._task_count(runtime)):
+        for task in range(len(self._tasks(runtime))):
             entry: dict[str, Any] = {"id": task, "state": state, "worker_id": self.worker_id}
             if trace:
                 entry["trace"] = trace
@@ -182,23 +177,21 @@ class Herder:
     def tasks(self, name: str) -> list[dict[str, Any]]:
         runtime = self._get(name)
         config = mask(runtime.stored.config)
-        stages = [s.name for s in self.stages_for(cfg.connector_kind(runtime.stored.config, name))] \
-            if self._task_count(runtime) else []
-        return [{"id": {"connector": name, "task": i}, "config": {**config, "task.stage": stage}}
-                for i, stage in enumerate(stages)]
+        return [{"id": {"connector": name, "task": i}, "config": {**config, "task.stage": stage.name}}
+                for i, stage in enumerate(self._tasks(runtime))]
 
     def topics(self, name: str) -> dict[str, Any]:
-        """The Kafka topics the connector reads or writes, as far as its config and position say."""
-        runtime = self._get(name)
-        raw = runtime.stored.config
+        """The Kafka topics the connector reads or writes: its config's, and for ``topics.regex``
+        those it holds a position in."""
+        config = self._get(name).config
         found: set[str] = set()
-        if raw.get("topics"):
-            found.update(t.strip() for t in raw["topics"].split(",") if t.strip())
-        if raw.get("kafka.topic"):
-            found.add(raw["kafka.topic"].strip())
-        if raw.get("topics.regex") and runtime.state == "STOPPED" and runtime.config is not None:
-            found.update(e["partition"]["kafka_topic"]
-                         for e in connect_offsets.read_offsets(self.worker, runtime.config))
+        if config is not None:
+            found.update(config.get("topics") or [])
+            if config.kind in (cfg.CPS_SOURCE, cfg.LITE_SOURCE):
+                found.add(str(config.get("kafka.topic")))
+            if config.is_sink and config.get("topics.regex"):
+                found.update(entry["partition"]["kafka_topic"]
+                             for entry in self._offsets_call(connect_offsets.read_offsets, config))
         return {name: {"topics": sorted(found)}}
 
     # ---------------------------------------------------------------------------------------
@@ -295,7 +288,7 @@ class Herder:
 
     def _stopped_config(self, name: str) -> cfg.ConnectorConfig:
         runtime = self._get(name)
-        if runtime.stored.target_state != STOPPED or runtime.state != "STOPPED":
+        if runtime.stored.target_state != STOPPED or runtime.state != STOPPED:
             raise HerderError(f"Connector {name} must be STOPPED before its offsets can be changed: "
                               f"PUT /connectors/{name}/stop first", 400)
         return runtime.config or self._validated(name, dict(runtime.stored.config))
@@ -343,7 +336,7 @@ class Herder:
             self._failed(runtime, exc)
             return
         if target != STARTED:
-            runtime.state = STATE_OF_TARGET[target]
+            runtime.state = target  # the live states PAUSED and STOPPED have their target's name
             return
         runtime.state = UNASSIGNED
         runtime.stop_event = threading.Event()

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from pubsub_connect import config as cfg
 from pubsub_connect.io import checkpoints
 from pubsub_connect.io.checkpoints import write_lite_start
 from pubsub_connect.io.consumer_groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
-from pubsub_connect.io.tables import join_location
+from pubsub_connect.io.tables import checkpoint_location
 from pubsub_connect.pipelines.base import librdkafka_client
 from pubsub_connect.pipelines.kafka_position import offsets_json_positions, subscribed_partitions
 
@@ -52,8 +51,7 @@ class OffsetsError(Exception):
 
 
 def position_checkpoint(worker: cfg.WorkerConfig, name: str, stage: str) -> str:
-    root = worker.storage_root
-    return join_location(root if "://" in root else str(Path(root).resolve()), "checkpoints", name, stage)
+    return checkpoint_location(worker.storage_root, name, stage)
 
 
 def _kafka_groups(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> ConsumerGroupOffsets:
@@ -75,29 +73,42 @@ def _sink_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> Po
         groups.close()
 
 
-def _lite_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> tuple[str, dict[int, int]]:
-    from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
+def _lite_cursors(config: cfg.ConnectorConfig) -> Any:
+    """The Lite subscription's cursor client (``subscription_path`` names the subscription)."""
+    from pubsub_connect.io.pubsublite import LiteConnection, OffsetClient
 
     conn = LiteConnection.from_connector(config)
-    subscription = conn.subscription_path(str(config.get("pubsublite.subscription")))
+    return OffsetClient(conn, conn.subscription_path(str(config.get("pubsublite.subscription"))))
+
+
+def _lite_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, cursors: Any) -> dict[int, int]:
+    """The pull checkpoint's position, else the subscription's committed cursors."""
+    from pubsub_connect.io.pubsublite import LiteIOError
+
     committed = checkpoints.committed_source_offsets(position_checkpoint(worker, config.name, "pull"))
     if committed is not None:
-        return subscription, {int(p): int(o) for p, o in dict(committed).items() if int(o) >= 0}
+        return {int(p): int(o) for p, o in dict(committed).items() if int(o) >= 0}
     try:
-        return subscription, OffsetClient(conn, subscription).committed_cursors()
+        return cursors.committed_cursors()
     except LiteIOError as exc:
         raise OffsetsError(str(exc), 500) from None
+
+
+def _kafka_entries(positions: Mapping[tuple[str, int], int]) -> list[dict[str, Any]]:
+    """Positions in Connect's sink shape, sorted by topic and partition."""
+    return [{"partition": {"kafka_topic": topic, "kafka_partition": partition}, "offset": {"kafka_offset": offset}}
+            for (topic, partition), offset in sorted(positions.items())]
 
 
 def read_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> list[dict[str, Any]]:
     """``GET /connectors/{name}/offsets``'s ``offsets`` list, sorted by partition."""
     if config.kind in (cfg.CPS_SINK, cfg.LITE_SINK):
-        return [{"partition": {"kafka_topic": topic, "kafka_partition": partition}, "offset": {"kafka_offset": offset}}
-                for (topic, partition), offset in sorted(_sink_positions(worker, config).items())]
+        return _kafka_entries(_sink_positions(worker, config))
     if config.kind == cfg.LITE_SOURCE:
-        subscription, cursors = _lite_positions(worker, config)
-        return [{"partition": {"subscription": subscription, "partition": partition}, "offset": {"offset": offset}}
-                for partition, offset in sorted(cursors.items())]
+        cursors = _lite_cursors(config)
+        return [{"partition": {"subscription": cursors.subscription_path, "partition": partition},
+                 "offset": {"offset": offset}}
+                for partition, offset in sorted(_lite_positions(worker, config, cursors).items())]
     if config.kind == cfg.ARCHIVE:
         from pubsub_connect.pipelines.archive import ArchiveSettings, open_store, resume_offsets
 
@@ -105,8 +116,7 @@ def read_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> list[
             resume = resume_offsets(open_store(config), ArchiveSettings.from_config(config).prefix)
         except Exception as exc:  # an unreachable store: one line
             raise OffsetsError(f"{config.name}: cannot read the archive's position: {exc}", 500) from None
-        return [{"partition": {"kafka_topic": topic, "kafka_partition": partition}, "offset": {"kafka_offset": offset}}
-                for (topic, partition), offset in sorted(resume.items())]
+        return _kafka_entries(resume)
     return []
 
 
@@ -184,14 +194,12 @@ def alter_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, body: A
 
 
 def _alter_lite(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, wanted: dict[Any, int | None]) -> None:
-    from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
+    from pubsub_connect.io.pubsublite import LiteIOError
 
-    conn = LiteConnection.from_connector(config)
-    subscription = conn.subscription_path(str(config.get("pubsublite.subscription")))
-    _, current = _lite_positions(worker, config)
-    moved = {**current, **{int(p): int(o) for p, o in wanted.items() if o is not None}}
+    cursors = _lite_cursors(config)
+    moved = {**_lite_positions(worker, config, cursors), **{p: o for p, o in wanted.items() if o is not None}}
     try:
-        OffsetClient(conn, subscription).commit(moved)
+        cursors.commit(moved)
     except LiteIOError as exc:
         raise OffsetsError(str(exc), 500) from None
     checkpoint = position_checkpoint(worker, config.name, "pull")

@@ -9,6 +9,7 @@ is STOPPED, the same rule as ``PATCH /connectors/{name}/offsets``.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,6 @@ def connector_config(worker: cfg.WorkerConfig, name: str, connector_file: str | 
 
 def read_request(text: str) -> Any:
     """``alter``'s argument: Connect's JSON itself, a file holding it, or ``-`` for stdin."""
-    import sys
-
     if text == "-":
         text = sys.stdin.read()
     elif not text.lstrip().startswith("{"):

@@ -20,6 +20,12 @@ _CONNECT_TYPES = {"string": "STRING", "password": "PASSWORD", "class": "CLASS", 
 HIDDEN = "[hidden]"
 
 
+def shown(key: str, value: str) -> str:
+    """A config value as every response shows it: a literal secret hidden (a ``${…}`` provider
+    reference is not a secret and stays readable)."""
+    return HIDDEN if cfg.is_secret_key(key) and value and not value.startswith("${") else value
+
+
 class PluginError(Exception):
     """A validate request that cannot be answered (HTTP 400)."""
 
@@ -83,11 +89,10 @@ def validate(plugin_class: str, raw: Mapping[str, Any]) -> dict[str, Any]:
                 errors[name].append(message)
     configs = []
     for order, key in enumerate(keys, start=1):
-        shown = next((values[a] for a in (key.name, *key.aliases) if a in values), None)
-        if shown is not None and key.secret and not shown.startswith("${"):
-            shown = HIDDEN
+        value = next((values[a] for a in (key.name, *key.aliases) if a in values), None)
         configs.append({"definition": _definition(key, order, "Common" if key.name in common else kind),
-                        "value": {"name": key.name, "value": shown, "recommended_values": list(key.choices),
+                        "value": {"name": key.name, "value": value if value is None else shown(key.name, value),
+                                  "recommended_values": list(key.choices),
                                   "errors": errors[key.name], "visible": True}})
     return {"name": plugin_class, "error_count": sum(len(e) for e in errors.values()),
             "groups": ["Common", kind], "configs": configs}

@@ -27,8 +27,7 @@ def kafka_cluster_id(worker: cfg.WorkerConfig) -> Callable[[], str | None]:
         if not found:
             from confluent_kafka.admin import AdminClient
 
-            from pubsub_connect.io.consumer_groups import connection_settings
-            from pubsub_connect.io.librdkafka import with_client_logger
+            from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
             from pubsub_connect.pipelines.base import librdkafka_client
 
             try:
@@ -43,8 +42,7 @@ def kafka_cluster_id(worker: cfg.WorkerConfig) -> Callable[[], str | None]:
 
 
 def run_worker(worker: cfg.WorkerConfig, connector_files: Mapping[str, Mapping[str, str]],
-               stop: threading.Event, emit: Callable[[str], None] = print,
-               context: Callable[[], object] | None = None) -> None:
+               stop: threading.Event, emit: Callable[[str], None] = print) -> None:
     """Serve the REST API and run the connectors until ``stop`` is set."""
     from pubsub_connect.pipelines.runtime import build_context
 
@@ -60,7 +58,7 @@ def run_worker(worker: cfg.WorkerConfig, connector_files: Mapping[str, Mapping[s
         emit(f"spark: {ctx.caps.describe()}, storage {ctx.store.root}")
         return ctx
 
-    herder = Herder(worker, listener.worker_id, context or shared_context, progress=emit)
+    herder = Herder(worker, listener.worker_id, shared_context, progress=emit)
     server = RestServer(listener, ConnectRestApi(herder, kafka_cluster_id(worker)), auth).start()
     emit(f"REST API on {server.url}" + (" (basic authentication)" if auth else ""))
     try:

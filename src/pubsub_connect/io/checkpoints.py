@@ -26,10 +26,18 @@ class CheckpointError(RuntimeError):
     """A checkpoint cannot be read or replaced; ``str()`` is one line."""
 
 
+#: Reads a whole text file at a remote location (Spark's reader where no local path exists).
+TextReader = Callable[[str], str]
+
+
+def _remote(checkpoint: str) -> bool:
+    return "://" in checkpoint and not checkpoint.startswith("file:")
+
+
 def _local(checkpoint: str) -> Path:
     if checkpoint.startswith("file:"):
         return Path(checkpoint.removeprefix("file:").removeprefix("//"))
-    if "://" in checkpoint:
+    if _remote(checkpoint):
         raise CheckpointError(f"checkpoint {checkpoint}: only local paths (and /Volumes or /dbfs mounts) can be "
                               "read or replaced here")
     return Path(checkpoint)
@@ -49,7 +57,7 @@ def exists(checkpoint: str) -> bool:
 def started(checkpoint: str) -> bool:
     """Whether the stage already has a position of its own in this checkpoint. A remote checkpoint
     (``scheme://``) is taken to have one: only a local one can be looked at without Spark."""
-    return True if "://" in checkpoint and not checkpoint.startswith("file:") else exists(checkpoint)
+    return True if _remote(checkpoint) else exists(checkpoint)
 
 
 def _source_line(text: str, where: str) -> Any:
@@ -62,16 +70,21 @@ def _source_line(text: str, where: str) -> Any:
         raise CheckpointError(f"{where} is not JSON ({exc})") from None
 
 
-def batch_offsets(checkpoint: str, batch_id: int, read_text: Callable[[str], str] | None = None) -> Any:
+def read_text(checkpoint: str, name: str, remote: TextReader | None = None) -> str:
+    """A file of the checkpoint (``metadata``, ``offsets/3``…): directly from a local path,
+    through ``remote`` from any other location."""
+    if not _remote(checkpoint):
+        return (_local(checkpoint) / name).read_text()
+    if remote is None:
+        raise CheckpointError(f"checkpoint {checkpoint}: a remote checkpoint needs a reader")
+    return remote(f"{checkpoint.rstrip('/')}/{name}")
+
+
+def batch_offsets(checkpoint: str, batch_id: int, remote: TextReader | None = None) -> Any:
     """The offsets micro-batch ``batch_id`` reads up to (its ``offsets`` file, written before the
-    batch runs), for use while the batch is running. ``read_text`` reads a remote file."""
-    if "://" in checkpoint and not checkpoint.startswith("file:"):
-        if read_text is None:
-            raise CheckpointError(f"checkpoint {checkpoint}: a remote checkpoint needs a reader")
-        return _source_line(read_text(f"{checkpoint.rstrip('/')}/offsets/{batch_id}"),
-                            f"checkpoint {checkpoint}: offsets/{batch_id}")
-    path = _local(checkpoint) / "offsets" / str(batch_id)
-    return _source_line(path.read_text(), f"checkpoint {checkpoint}: offsets/{batch_id}")
+    batch runs), for use while the batch is running."""
+    return _source_line(read_text(checkpoint, f"offsets/{batch_id}", remote),
+                        f"checkpoint {checkpoint}: offsets/{batch_id}")
 
 
 def committed_source_offsets(checkpoint: str) -> Any | None:

@@ -19,11 +19,10 @@ from collections.abc import Iterable, Mapping
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from pubsub_connect.io.librdkafka import with_client_logger
+from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
 
 #: Connect's consumer group for a sink connector.
 GROUP_PREFIX = "connect-"
-_CONNECTION_PREFIXES = ("bootstrap.", "security.", "ssl.", "sasl.", "client.", "socket.", "broker.")
 _TIMEOUT_S = 30.0
 
 #: ``(topic, partition)`` → the next offset to read.
@@ -45,12 +44,6 @@ def _describe(exc: KafkaException) -> str:
 def connect_group(connector_name: str) -> str:
     """The consumer group Kafka Connect uses for sink connector ``connector_name``."""
     return f"{GROUP_PREFIX}{connector_name}"
-
-
-def connection_settings(client: Mapping[str, str]) -> dict[str, str]:
-    """The settings of a librdkafka client that say how to reach and log in to the brokers (an
-    admin client refuses or warns about consumer- and producer-only keys)."""
-    return {k: v for k, v in client.items() if k.startswith(_CONNECTION_PREFIXES)}
 
 
 class ConsumerGroupOffsets:

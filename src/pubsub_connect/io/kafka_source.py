@@ -55,7 +55,12 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pubsub_connect.io.librdkafka import KafkaOptionsError, librdkafka_settings, with_client_logger
+from pubsub_connect.io.librdkafka import (
+    KafkaOptionsError,
+    connection_settings,
+    librdkafka_settings,
+    with_client_logger,
+)
 from pubsub_connect.io.spark import Capabilities, capabilities
 from pubsub_connect.model.schemas import KAFKA_HEADERS, KAFKA_RECORD_FIELDS
 
@@ -117,15 +122,6 @@ SINK_FORBIDDEN = {
     "value.serializer": "values are always written as binary (cast the column)",
     "interceptor.classes": "Java interceptors cannot run in a Python client",
 }
-#: Client settings that make sense for the metadata/admin connection (AdminClient rejects
-#: nothing, but warns for every consumer-only key; keep its log clean).
-_CONNECTION_PREFIXES = (
-    "bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.id", "socket.", "broker.",
-    "metadata.", "reconnect.", "retry.", "api.version", "client.dns.lookup", "debug", "log_level",
-    "connections.max.idle.ms", "topic.metadata",
-)
-
-
 def _lower_keys(options: Mapping[str, Any]) -> dict[str, str]:
     """Spark options are case-insensitive; normalise once (values keep their case)."""
     return {str(k).lower(): str(v) for k, v in options.items() if v is not None}
@@ -150,10 +146,6 @@ def client_config(options: Mapping[str, str], forbidden: Mapping[str, str]) -> d
     if not conf.get("bootstrap.servers"):
         raise KafkaOptionsError("option 'kafka.bootstrap.servers' is required")
     return conf
-
-
-def _connection_config(conf: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in conf.items() if k.startswith(_CONNECTION_PREFIXES)}
 
 
 def _parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
@@ -420,7 +412,7 @@ class OffsetReader:
 
         self.opts = opts
         self.timeout_s = opts.offset_timeout_ms / 1000
-        self._admin: AdminClient = AdminClient(with_client_logger(_connection_config(opts.client)))
+        self._admin: AdminClient = AdminClient(with_client_logger(connection_settings(opts.client)))
         self._read_committed = str(opts.consumer_config().get("isolation.level")) == "read_committed"
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pubsub_connect.io.librdkafka import with_client_logger
+from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,7 @@ class TransactionalBatchWriter:
     def _ensure_marker_topic(self) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
 
-        admin = AdminClient(with_client_logger({k: v for k, v in self.client_config.items()
-                                                if k.startswith(("bootstrap.", "security.", "sasl.", "ssl."))}))
+        admin = AdminClient(with_client_logger(connection_settings(self.client_config)))
         futures = admin.create_topics([NewTopic(self.marker_topic, 1, -1)], operation_timeout=self.timeout_s)
         try:
             futures[self.marker_topic].result(self.timeout_s)
@@ -103,8 +102,7 @@ class TransactionalBatchWriter:
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer(with_client_logger({
-            **{k: v for k, v in self.client_config.items() if k.startswith(("bootstrap.", "security.", "sasl.",
-                                                                                "ssl."))},
+            **connection_settings(self.client_config),
             "group.id": f"{self.transactional_id}-marker-reader",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",

@@ -181,6 +181,21 @@ class _DebugLog:
 CLIENT_LOGGER = _DebugLog()
 
 
+#: librdkafka settings about reaching and logging in to the brokers (what an admin client, or a
+#: consumer that only reads and commits group offsets, needs; an AdminClient warns about every
+#: consumer- or producer-only key).
+CONNECTION_PREFIXES = (
+    "bootstrap.servers", "security.protocol", "ssl.", "sasl.", "client.id", "socket.", "broker.",
+    "metadata.", "reconnect.", "retry.", "api.version", "client.dns.lookup", "debug", "log_level",
+    "connections.max.idle.ms", "topic.metadata",
+)
+
+
+def connection_settings(client: Mapping[str, str]) -> dict[str, str]:
+    """Only the settings of a librdkafka client that say how to reach and log in to the brokers."""
+    return {k: v for k, v in client.items() if k.startswith(CONNECTION_PREFIXES)}
+
+
 def with_client_logger(settings: Mapping[str, object]) -> dict[str, object]:
     """``settings`` plus the logger every confluent-kafka client of this project uses."""
     return {**settings, "logger": CLIENT_LOGGER}
@@ -216,9 +231,7 @@ def check_brokers(settings: Mapping[str, str], timeout_s: float = 10.0) -> None:
     brokers = settings.get("bootstrap.servers", "")
     where = f"Kafka broker {brokers} (bootstrap.servers)"
     errors: list[KafkaError] = []
-    connection = {k: v for k, v in settings.items()
-                  if k.startswith(("bootstrap.", "security.", "sasl.", "ssl.", "client.", "socket.", "broker."))}
-    admin = AdminClient(with_client_logger({**connection, "error_cb": errors.append}))
+    admin = AdminClient(with_client_logger({**connection_settings(settings), "error_cb": errors.append}))
     deadline = time.monotonic() + timeout_s
     failures = 0
     while True:

@@ -286,24 +286,24 @@ def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pub
     return session
 
 
-def silence_query_failure_logs(spark: SparkSession) -> None:
-    """Turn off the JVM loggers of :data:`QUERY_FAILURE_LOGGERS` in this session's driver.
-
-    A no-op without a py4j JVM (Spark Connect). Not used on Databricks, whose driver logs are
-    where users look for those traces."""
+def _set_driver_log_level(spark: SparkSession, loggers: tuple[str, ...], level: str) -> None:
+    """Set JVM loggers of this session's driver (a no-op without a py4j JVM: Spark Connect)."""
     jvm = _driver_jvm(spark)
     if jvm is None:
         return
     log4j = jvm.org.apache.logging.log4j
-    for name in QUERY_FAILURE_LOGGERS:
-        log4j.core.config.Configurator.setLevel(name, log4j.Level.OFF)
+    for name in loggers:
+        log4j.core.config.Configurator.setLevel(name, log4j.Level.getLevel(level))
+
+
+def silence_query_failure_logs(spark: SparkSession) -> None:
+    """Turn off the JVM loggers of :data:`QUERY_FAILURE_LOGGERS` in this session's driver.
+    Not used on Databricks, whose driver logs are where users look for those traces."""
+    _set_driver_log_level(spark, QUERY_FAILURE_LOGGERS, "OFF")
 
 
 def quiet_routine_stops(spark: SparkSession) -> None:
     """Turn the DAG scheduler's warnings down to errors in this session's driver. A worker stops
     queries routinely (pause, stop, restart, config change), and each stop makes the scheduler
     warn that a finished job group could not be cancelled."""
-    jvm = _driver_jvm(spark)
-    if jvm is not None:
-        log4j = jvm.org.apache.logging.log4j
-        log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
+    _set_driver_log_level(spark, ("org.apache.spark.scheduler.DAGScheduler",), "ERROR")

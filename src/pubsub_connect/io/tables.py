@@ -62,6 +62,13 @@ def join_location(root: str, *parts: str) -> str:
     return str(Path(root).joinpath(*parts))
 
 
+def checkpoint_location(storage_root: str, connector: str, stage: str) -> str:
+    """``<storage.root>/checkpoints/<connector>/<stage>`` (a local root made absolute), where a
+    stage keeps its checkpoint; also read without a session by the offsets tools."""
+    root = storage_root if "://" in storage_root else str(Path(storage_root).resolve())
+    return join_location(root, "checkpoints", connector, stage)
+
+
 class TableStore(ABC):
     """Tables under ``storage.root``: ``<root>/<kind>/<connector>``; checkpoints under
     ``<root>/checkpoints/<connector>/<stage>``."""
@@ -74,7 +81,7 @@ class TableStore(ABC):
         return join_location(self.root, table.kind, table.connector)
 
     def checkpoint(self, connector: str, stage: str) -> str:
-        return join_location(self.root, "checkpoints", connector, stage)
+        return checkpoint_location(self.root, connector, stage)
 
     @abstractmethod
     def exists(self, table: TableRef) -> bool: ...

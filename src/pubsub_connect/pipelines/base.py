@@ -21,10 +21,10 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.io import checkpoints
 from pubsub_connect.io.librdkafka import KafkaLoginError, check_brokers, librdkafka_settings
 from pubsub_connect.io.spark import Capabilities
 from pubsub_connect.io.tables import TableRef, TableStore
@@ -154,22 +154,18 @@ def kafka_client_options(worker: WorkerConfig, prefix: str) -> dict[str, str]:
     return options
 
 
+def spark_text_reader(spark: SparkSession) -> checkpoints.TextReader:
+    """Reads a small text file at any location Spark reaches (a remote checkpoint's files)."""
+    return lambda path: "\n".join(row[0] for row in spark.read.text(path).collect())
+
+
 def checkpoint_query_id(spark: SparkSession, checkpoint: str) -> str:
     """The streaming query id a checkpoint was created with (its ``metadata`` file, JSON
     ``{"id": …}``), read directly for a local path and through Spark for any other."""
-    metadata = _join_location(checkpoint, "metadata")
     try:
-        if "://" in checkpoint:
-            text = "".join(row[0] for row in spark.read.text(metadata).collect())
-        else:
-            text = Path(metadata).read_text()
-        return str(json.loads(text)["id"])
+        return str(json.loads(checkpoints.read_text(checkpoint, "metadata", spark_text_reader(spark)))["id"])
     except Exception as exc:
         raise ConnectorError(f"cannot read the query id of checkpoint {checkpoint}: {exc}") from exc
-
-
-def _join_location(root: str, name: str) -> str:
-    return f"{root.rstrip('/')}/{name}" if "://" in root else str(Path(root) / name)
 
 
 StageFn = Callable[[PipelineContext, ConnectorConfig], "StreamingQuery"]
@@ -264,8 +260,7 @@ _TRANSIENT_MARKERS = (
     "failed to connect to all addresses", "Connection refused", "Connection reset", "Socket closed",
     "_TRANSPORT", "_ALL_BROKERS_DOWN", "_TIMED_OUT", "Timed out", "BrokerTransportFailure",
     "is the broker reachable", "KafkaUnreachableError", "TimeoutError", "No leaders found",
-    "LEADER_NOT_AVAILABLE", "NOT_LEADER", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
-    "NOT_COORDINATOR",
+    "LEADER_NOT_AVAILABLE", "NOT_LEADER",
     # Spark gives a new Python worker a hard-coded 10 s to connect back: an overloaded machine
     "Python worker failed to connect back",
 )

@@ -18,7 +18,7 @@ from pubsub_connect.io import checkpoints
 from pubsub_connect.io.kafka_source import read_kafka
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.schemas import KAFKA_BRONZE
-from pubsub_connect.pipelines.base import PipelineContext, kafka_client_options
+from pubsub_connect.pipelines.base import PipelineContext, kafka_client_options, spark_text_reader
 from pubsub_connect.pipelines.kafka_position import (
     GroupCommitter,
     auto_offset_reset,
@@ -83,13 +83,11 @@ def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     landed = bronze_rows(read_kafka(ctx.spark, options, caps=ctx.caps))
     group = GroupCommitter(client, config.name, ctx.progress)
     ctx.closers.append(group.close)  # when the stage stops
-
-    def read_text(path: str) -> str:
-        return "\n".join(row[0] for row in ctx.spark.read.text(path).collect())
+    remote = spark_text_reader(ctx.spark)
 
     def append(batch, batch_id: int) -> None:
         ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, STAGE), batch_id)
         # in bronze now: the group may show it as consumed (its end offsets, from the checkpoint)
-        group.commit(offsets_json_positions(checkpoints.batch_offsets(checkpoint, batch_id, read_text)))
+        group.commit(offsets_json_positions(checkpoints.batch_offsets(checkpoint, batch_id, remote)))
 
     return ctx.start_batches(landed, config, STAGE, append)

@@ -13,17 +13,11 @@ pubsub-connect's own offsets tools, which write the same group) loses and repeat
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pubsub_connect.config import ConfigError, ConnectorConfig, WorkerConfig
 from pubsub_connect.io.consumer_groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
-
-log = logging.getLogger(__name__)
-
-#: Spark's JSON sentinels in ``startingOffsets``.
-EARLIEST = -2
-LATEST = -1
+from pubsub_connect.io.kafka_source import EARLIEST, LATEST, KafkaReadOptions, OffsetReader
 
 TopicPartition = tuple[str, int]
 
@@ -31,8 +25,6 @@ TopicPartition = tuple[str, int]
 def subscribed_partitions(options: Mapping[str, str]) -> list[TopicPartition]:
     """The topic-partitions a Kafka read with these options covers now (Spark requires JSON
     ``startingOffsets`` to name every one of them)."""
-    from pubsub_connect.io.kafka_source import KafkaReadOptions, OffsetReader
-
     reader = OffsetReader(KafkaReadOptions.parse(dict(options), streaming=True))
     try:
         return list(reader.partitions())
@@ -110,7 +102,7 @@ class GroupCommitter:
     A failed commit is reported once per streak and does not stop the connector: the checkpoint,
     not the group, is where the connector resumes (the group is for lag tooling and cut-overs)."""
 
-    def __init__(self, client: Mapping[str, str], connector: str, progress=print):
+    def __init__(self, client: Mapping[str, str], connector: str, progress: Callable[[str], None] = print):
         self.groups = ConsumerGroupOffsets(client, connect_group(connector))
         self.connector = connector
         self.progress = progress

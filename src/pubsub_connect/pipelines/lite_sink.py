@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from pubsub_connect.config import BYTE_ARRAY_CONVERTER, ConnectorConfig
-from pubsub_connect.io.librdkafka import with_client_logger
+from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
 from pubsub_connect.io.pubsublite import (
     LiteConnection,
     LiteIOError,
@@ -94,8 +94,7 @@ def kafka_partition_counts(ctx: PipelineContext, config: ConnectorConfig) -> dic
 
     from confluent_kafka.admin import AdminClient
 
-    client = {k: v for k, v in ctx.librdkafka_client("consumer", config).items()
-              if k.startswith(("bootstrap.", "security.", "ssl.", "sasl."))}
+    client = connection_settings(ctx.librdkafka_client("consumer", config))
     metadata = AdminClient(with_client_logger(client)).list_topics(timeout=30)
     listed = config.get("topics")
     pattern = None if listed else re.compile(str(config.get("topics.regex")))

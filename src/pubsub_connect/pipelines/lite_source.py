@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -35,8 +34,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.io import checkpoints
 from pubsub_connect.io.checkpoints import lite_start_path
-from pubsub_connect.io.librdkafka import with_client_logger
+from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
 from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
 from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
@@ -62,14 +62,6 @@ _MESSAGE_COLUMNS = [f.name for f in LITE_MESSAGE_FIELDS]
 # --------------------------------------------------------------------------------------------
 # Stage 1: pull
 # --------------------------------------------------------------------------------------------
-
-
-def _has_checkpoint(location: str) -> bool:
-    """Whether a local checkpoint already recorded offsets (remote ones are assumed to)."""
-    if "://" in location:
-        return True
-    offsets = Path(location) / "offsets"
-    return offsets.is_dir() and any(offsets.iterdir())
 
 
 def resume_floor(ctx: PipelineContext, bronze: TableRef) -> dict[int, int]:
@@ -105,7 +97,7 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(bronze, LITE_BRONZE)
     checkpoint = ctx.store.checkpoint(config.name, "pull")
     moved = lite_start_path(checkpoint) if "://" not in checkpoint else None
-    if _has_checkpoint(checkpoint):
+    if checkpoints.started(checkpoint):
         floor: dict[int, int] = {}
         if moved is not None:
             moved.unlink(missing_ok=True)  # the checkpoint has taken over from the moved start
@@ -150,8 +142,7 @@ def kafka_partition_count(worker: WorkerConfig, topic: str) -> int:
     """Partitions of ``kafka.topic`` now (explicit partitions need the count)."""
     from confluent_kafka.admin import AdminClient
 
-    client = {k: v for k, v in librdkafka_client(worker, "producer").items()
-              if k.startswith(("bootstrap.", "security.", "ssl.", "sasl."))}
+    client = connection_settings(librdkafka_client(worker, "producer"))
     found = AdminClient(with_client_logger(client)).list_topics(topic=topic, timeout=30).topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         raise ConnectorError(f"Kafka topic {topic} (kafka.topic) does not exist: create it first")
