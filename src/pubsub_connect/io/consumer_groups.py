@@ -14,9 +14,10 @@ and keeps a still-running Connect task from being overwritten.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
@@ -24,6 +25,10 @@ from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
 #: Connect's consumer group for a sink connector.
 GROUP_PREFIX = "connect-"
 _TIMEOUT_S = 30.0
+_RETRY_S = 0.2
+#: Answers that mean "ask again shortly": the group's coordinator is loading or has moved.
+_COORDINATOR_MOVES = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                KafkaError.COORDINATOR_NOT_AVAILABLE})
 
 #: ``(topic, partition)`` → the next offset to read.
 Positions = dict[tuple[str, int], int]
@@ -60,6 +65,7 @@ class ConsumerGroupOffsets:
         self.group = group
         self._consumer: Consumer | None = None
         self._lock = threading.Lock()
+        self._retry = threading.Event()  # never set: waits between retries
 
     def _group_consumer(self) -> Consumer:
         if self._consumer is None:
@@ -73,12 +79,8 @@ class ConsumerGroupOffsets:
         wanted = [TopicPartition(topic, partition) for topic, partition in sorted(set(partitions))]
         if not wanted:
             return {}
-        with self._lock:
-            try:
-                committed = self._group_consumer().committed(wanted, timeout=_TIMEOUT_S)
-            except KafkaException as exc:
-                raise ConsumerGroupError(f"cannot read the offsets of consumer group {self.group}: "
-                                         f"{_describe(exc)}") from None
+        committed = self._call(lambda consumer: consumer.committed(wanted, timeout=_TIMEOUT_S),
+                               "read the offsets of")
         self._check(committed, "read the offsets of")
         return {(tp.topic, tp.partition): tp.offset for tp in committed if tp.offset >= 0}
 
@@ -89,13 +91,27 @@ class ConsumerGroupOffsets:
             return
         partitions = [TopicPartition(topic, partition, offset)
                       for (topic, partition), offset in sorted(positions.items())]
-        with self._lock:
-            try:
-                result = self._group_consumer().commit(offsets=partitions, asynchronous=False) or []
-            except KafkaException as exc:
-                raise ConsumerGroupError(f"cannot commit offsets to consumer group {self.group}: "
-                                         f"{_describe(exc)}") from None
+        result = self._call(lambda consumer: consumer.commit(offsets=partitions, asynchronous=False) or [],
+                            "commit offsets to")
         self._check(result, "commit offsets to")
+
+    def _call(self, request: Callable[[Consumer], list[TopicPartition]], action: str) -> list[TopicPartition]:
+        """Run a group request, asked again while Kafka calls its error retriable: a group
+        coordinator that is still loading or has just moved (``COORDINATOR_LOAD_IN_PROGRESS``,
+        ``NOT_COORDINATOR``, which the client does not retry itself for these requests) is not a
+        reason to fail a stage, nor to take the group for empty."""
+        deadline = time.monotonic() + _TIMEOUT_S
+        with self._lock:
+            while True:
+                try:
+                    return request(self._group_consumer())
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else None
+                    retriable = error is not None and (error.retriable() or error.code() in _COORDINATOR_MOVES)
+                    if not retriable or time.monotonic() >= deadline:
+                        raise ConsumerGroupError(f"cannot {action} consumer group {self.group}: "
+                                                 f"{_describe(exc)}") from None
+                    self._retry.wait(_RETRY_S)
 
     def _check(self, partitions: list[TopicPartition], action: str) -> None:
         """Raise for the first partition the broker answered with an error."""
