@@ -133,7 +133,7 @@ def table(rows: list[tuple[str, str]]) -> str:
 def timed_stages(ctx: Any, connector: Any, stages: Any) -> tuple[float, dict[str, float]]:
     """Run a connector's stages one after the other to completion (``--once``), as ``run --once``
     does; returns the total seconds and the seconds per stage."""
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
 
     per_stage: dict[str, float] = {}
     started = time.perf_counter()

@@ -29,12 +29,15 @@ from pathlib import Path
 
 from _common import bare_consume, event_payload, produce, table, write_results
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import objectstore as ostore
-from pubsub_connect.io import services as svc
-from pubsub_connect.model import blockgzip as bg
-from pubsub_connect.pipelines.archive import STAGES
-from pubsub_connect.pipelines.base import run_stages
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.objectstore.archive_files import list_archive_files
+from pubsub_connect.io.objectstore.base import ObjectStore
+from pubsub_connect.io.objectstore.locations import open_store
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
+from pubsub_connect.model.blockgzip.blocks import DEFAULT_LEVEL, read_records
+from pubsub_connect.model.blockgzip.index import parse_index
+from pubsub_connect.pipelines.archive.stage import STAGES
+from pubsub_connect.pipelines.runner.supervisor import run_stages
 from pubsub_connect.pipelines.runtime import build_context
 
 TOPIC = "bench"
@@ -55,7 +58,7 @@ def bare_gzip_write(n: int, size: int, path: Path, batch: int = 10_000) -> float
     returns seconds. Payloads are generated before timing (the connector gets them from Kafka)."""
     payloads = [event_payload(size, seq) for seq in range(n)]
     started = time.perf_counter()
-    compressor = zlib.compressobj(bg.DEFAULT_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    compressor = zlib.compressobj(DEFAULT_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     with open(path, "wb") as out:
         for i in range(0, n, batch):
             out.write(compressor.compress(b"".join(p + b"\n" for p in payloads[i:i + batch])))
@@ -63,17 +66,17 @@ def bare_gzip_write(n: int, size: int, path: Path, batch: int = 10_000) -> float
     return time.perf_counter() - started
 
 
-def archived(store: ostore.ObjectStore, n: int, size: int) -> tuple[int, int, int]:
+def archived(store: ObjectStore, n: int, size: int) -> tuple[int, int, int]:
     """Read the archive back; returns (files, records, compressed bytes). Raises unless it holds
     exactly the N records produced (by sequence id, each once) and the indexes agree."""
     files = records = stored = 0
     seen = bytearray(n)
-    for (topic, partition), objects in ostore.list_archive_files(store, PREFIX).items():
+    for (topic, partition), objects in list_archive_files(store, PREFIX).items():
         for obj in objects:
             if not obj.has_index:
                 raise RuntimeError(f"{store.url(obj.name.gz_key)} has no index")
-            indexed = sum(c.num_records for c in bg.parse_index(store.read(obj.name.index_key)))
-            values = bg.read_records(store.read(obj.name.gz_key))
+            indexed = sum(c.num_records for c in parse_index(store.read(obj.name.index_key)))
+            values = read_records(store.read(obj.name.gz_key))
             if len(values) != indexed:
                 raise RuntimeError(f"{store.url(obj.name.gz_key)}: {len(values)} records, index says {indexed}")
             for value in values:
@@ -103,7 +106,7 @@ def main() -> None:
     buffer = root / "buffer"
     buffer.mkdir()
     names = ("kafka", "s3") if args.target == "s3" else ("kafka",)
-    with svc.LocalServices(root / "services", names) as services:
+    with LocalServices(root / "services", names) as services:
         bootstrap = services.running["kafka"].endpoint
         connector = {"name": "bench-archive", "connector.class": "S3SinkConnector", "topics": TOPIC,
                      "s3.prefix": PREFIX, "local.buffer.dir": str(buffer),
@@ -116,13 +119,13 @@ def main() -> None:
             aws = {k: v for k, v in s3.env.items() if k != "AWS_ENDPOINT_URL_S3"}
             connector.update({"s3.bucket": BUCKET, "s3.endpoint": s3.endpoint, "s3.path_style": "true",
                               "s3.region": "us-east-1"})
-            with svc.environment(aws):
+            with environment(aws):
                 import boto3
 
                 boto3.client("s3", endpoint_url=s3.endpoint).create_bucket(Bucket=BUCKET)
         else:
             connector["output.path"] = str(root / "out")
-        with svc.environment(aws):
+        with environment(aws):
             produce_s = produce(bootstrap, TOPIC, n, args.size, args.partitions, body=event_payload)
             consume_s = bare_consume(bootstrap, TOPIC, n, args.partitions)
             gzip_s = bare_gzip_write(n, args.size, root / "bare.gz")
@@ -130,7 +133,7 @@ def main() -> None:
 
             run = cfg.load_raw(connector, {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
                                            "pipeline.max.records.per.batch": str(args.batch or n)})
-            store = ostore.open_store(run.connectors[0])
+            store = open_store(run.connectors[0])
             chunks_per_file = int(run.connectors[0].get("chunks.per.file"))
             t0 = time.perf_counter()
             ctx = build_context(run.worker, once=True, progress=lambda _line: None)

@@ -25,7 +25,8 @@ import sys
 import time
 import zlib
 
-from pubsub_connect.model.blockgzip import DEFAULT_BLOCK_SIZE, BlockGzipWriter, encode_value
+from pubsub_connect.model.blockgzip.blocks import DEFAULT_BLOCK_SIZE, BlockGzipWriter
+from pubsub_connect.model.blockgzip.lines import encode_value
 
 
 class _CountingSink:

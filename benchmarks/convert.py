@@ -6,7 +6,7 @@ What it answers: how fast does the convert stage turn Kafka records (1 KB values
 messages, per converter, and what does running it as a Spark batch buy over the plainest Python
 implementation of the same mapping?
 
-* **batch**: :func:`pubsub_connect.model.cps_sink.to_outbox` on a local Spark session
+* **batch**: :func:`pubsub_connect.model.cps_sink.batch.to_outbox` on a local Spark session
   (``local[CORES]``), the bronze rows generated as a DataFrame and cached *before* timing, the
   result written to Spark's ``noop`` sink (every output column is computed, nothing is stored).
   Byte/string converters are pure column expressions; JSON goes through ``mapInArrow`` with the
@@ -38,7 +38,9 @@ from typing import Any
 from _common import cpu_delta, table, tree_cpu_seconds, write_results
 
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
-from pubsub_connect.model.cps_sink import CpsSinkSettings, KafkaRecord, record_to_message, to_outbox
+from pubsub_connect.model.cps_sink.batch import to_outbox
+from pubsub_connect.model.cps_sink.reference import record_to_message
+from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
 
 RECORD_BYTES = 1024
 

@@ -28,8 +28,8 @@ from _common import (
     write_results,
 )
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.pipelines.cps_sink import STAGES
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -45,9 +45,9 @@ def main() -> None:
     args = parser.parse_args()
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-cps-sink-"))
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
-        with svc.environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+        with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
             produce_s = produce(bootstrap, "bench", n, args.size)
             consume_s = bare_consume(bootstrap, "bench", n)
             publish_s = bare_publish(PROJECT, "bare", n, args.size)

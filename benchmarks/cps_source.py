@@ -19,8 +19,8 @@ from pathlib import Path
 
 from _common import ENGINES, add_engine_argument, payload, results_name, table, timed_stages, write_results
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.io.tables import TableRef
 from pubsub_connect.pipelines.cps_source import STAGES
 from pubsub_connect.pipelines.runtime import build_context
@@ -84,9 +84,9 @@ def main() -> None:
     args = parser.parse_args()
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-cps-source-"))
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
-        with svc.environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+        with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
             from google.cloud import pubsub_v1
 
             publisher = pubsub_v1.PublisherClient()

@@ -33,8 +33,9 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pubsub_connect.io import services
-from pubsub_connect.io.kafka_source import read_kafka
+from pubsub_connect.io.kafka.reader import read_kafka
+from pubsub_connect.io.services.kafka import start_kafka
+from pubsub_connect.io.services.process import stop_pid
 from pubsub_connect.io.spark import Capabilities, build_session
 
 
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="bench-kafka-") as workdir:
-        broker = services.start_kafka(Path(workdir))
+        broker = start_kafka(Path(workdir))
         spark = None
         try:
             bootstrap, topic = broker.endpoint, "bench"
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if spark is not None:
                 spark.stop()
-            services.stop_pid(broker.pid)
+            stop_pid(broker.pid)
 
     bare_rate = args.records / statistics.median(bare_s)
     reader_rate = args.records / statistics.median(reader_s)

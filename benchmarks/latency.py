@@ -37,8 +37,8 @@ from typing import Any
 
 from _common import table, write_results
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
 
 PROJECT = "bench-project"
 STAMP = "produced_ns"
@@ -150,8 +150,8 @@ def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
 def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int,
             drain_timeout_s: float) -> dict[str, Any]:
     """Latencies of ``rate * seconds`` records through the continuously running sink."""
-    from pubsub_connect.pipelines.base import run_stages
     from pubsub_connect.pipelines.cps_sink import STAGES
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
     name = "latency"
@@ -259,9 +259,9 @@ def main() -> None:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     results: dict[str, Any] = {}
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
-        with svc.environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+        with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
             if not args.skip_cold_start:
                 (root / "cold").mkdir()
                 results["cold_start_s"] = cold_start(bootstrap, root / "cold", args.timeout)

@@ -43,8 +43,8 @@ from _common import (
     write_results,
 )
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices
 from pubsub_connect.pipelines import lite_sink, lite_source
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -152,7 +152,8 @@ def bare_lite_subscribe(server: LiteServerProcess, name: str, count: int, partit
 
 def lite_head_total(server: LiteServerProcess, name: str, partitions: int) -> int:
     """How many messages the Lite topic holds (sum of its partitions' head offsets)."""
-    from pubsub_connect.io.pubsublite import LiteConnection, OffsetClient
+    from pubsub_connect.io.pubsublite.connection import LiteConnection
+    from pubsub_connect.io.pubsublite.offsets import OffsetClient
 
     client = OffsetClient(LiteConnection(PROJECT, ZONE, server.endpoint), subscription_path(name))
     try:
@@ -190,7 +191,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
     server = LiteServerProcess(root / "lite")
     try:
-        with svc.LocalServices(root / "services", ("kafka",)) as services:
+        with LocalServices(root / "services", ("kafka",)) as services:
             bootstrap = services.running["kafka"].endpoint
             produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
             consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)

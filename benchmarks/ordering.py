@@ -29,9 +29,9 @@ from pathlib import Path
 
 from _common import produce, table, timed_stages, write_results
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
-from pubsub_connect.pipelines.base import PipelineContext
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
+from pubsub_connect.pipelines.context import PipelineContext
 from pubsub_connect.pipelines.cps_sink import STAGES
 from pubsub_connect.pipelines.runtime import build_context
 
@@ -68,9 +68,9 @@ def main() -> int:
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-ordering-"))
     runs: dict[str, list[dict[str, float]]] = {"none": [], "partition": []}
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
-        with svc.environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+        with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
             produce(bootstrap, "bench", n, args.size, partitions=1)
             produce(bootstrap, "warmup", 1000, args.size, partitions=1)
             lines: list[str] = []

@@ -60,11 +60,12 @@ from _common import (
     write_results,
 )
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
+from pubsub_connect.io.services.process import ServiceError
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.pipelines import cps_sink, cps_source
-from pubsub_connect.pipelines.base import PipelineContext
+from pubsub_connect.pipelines.context import PipelineContext
 from pubsub_connect.pipelines.runtime import build_context
 
 #: The reference harness lives with the differential tests that use it; its modules import each
@@ -132,7 +133,7 @@ def wait_until(done: Callable[[], bool], check: Callable[[], None], what: str) -
         if polls % 10 == 0:  # a REST call each second, not each poll
             check()
         if time.monotonic() > deadline:
-            raise svc.ServiceError(f"{what} did not finish within {RUN_TIMEOUT_S:.0f} s")
+            raise ServiceError(f"{what} did not finish within {RUN_TIMEOUT_S:.0f} s")
         time.sleep(POLL_S)
 
 
@@ -188,7 +189,7 @@ def kafka_seqs(bootstrap: str, topic: str) -> collections.Counter[int]:
         if all(positions[p] >= end for p, end in ends.items()):
             break
         if time.monotonic() > deadline:
-            raise svc.ServiceError(f"reading {topic} back: at {positions}, ends {ends}")
+            raise ServiceError(f"reading {topic} back: at {positions}, ends {ends}")
         for message in consumer.consume(10_000, timeout=1.0):
             if message.error() is None:
                 seen[seq_of(message.value())] += 1
@@ -206,7 +207,7 @@ def pubsub_seqs(subscription: str, count: int) -> collections.Counter[int]:
     deadline = time.monotonic() + 600
     while len(seen) < count:
         if time.monotonic() > deadline:
-            raise svc.ServiceError(f"reading {subscription} back: {len(seen):,} of {count:,} ids arrived")
+            raise ServiceError(f"reading {subscription} back: {len(seen):,} of {count:,} ids arrived")
         try:
             response = client.pull(request={"subscription": subscription, "max_messages": 1000}, timeout=10)
         except gexc.DeadlineExceeded:
@@ -225,7 +226,7 @@ def check_complete(what: str, seen: collections.Counter[int], n: int) -> int:
     missing = n - len(set(seen) & set(range(n)))
     unexpected = len(set(seen) - set(range(n)))
     if missing or unexpected:
-        raise svc.ServiceError(f"{what}: {missing:,} of {n:,} ids missing, {unexpected:,} unexpected")
+        raise ServiceError(f"{what}: {missing:,} of {n:,} ids missing, {unexpected:,} unexpected")
     return sum(seen.values()) - n
 
 
@@ -390,11 +391,11 @@ def main() -> None:
     results: dict[str, Any] = {"engine": args.engine, "reference": f"Google's connector {GOOGLE_CONNECTOR_VERSION} "
                                f"in Kafka Connect {CONNECT_VERSION} standalone"}
     rows: list[tuple[str, str]] = []
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
         emulator = services.running["pubsub"].endpoint
         tls = make_server_tls(root / "google-api-tls", FRONT_DNS_NAMES, FRONT_IP_ADDRESSES)
-        with svc.environment({"PUBSUB_EMULATOR_HOST": emulator}), GoogleApiFronts(emulator, tls) as fronts:
+        with environment({"PUBSUB_EMULATOR_HOST": emulator}), GoogleApiFronts(emulator, tls) as fronts:
             credentials = write_fake_service_account(root / "google-connect" / "service-account.json",
                                                      fronts.token_uri, PROJECT)
             started = time.perf_counter()
@@ -414,7 +415,7 @@ def main() -> None:
                     if bench.ctx is not None:
                         bench.ctx.spark.stop()
             if fronts.activity.refused:
-                raise svc.ServiceError(f"the reference tried to reach other hosts: {fronts.activity.refused}")
+                raise ServiceError(f"the reference tried to reach other hosts: {fronts.activity.refused}")
     rows += [("engine (ours)", args.engine),
              ("reference", results["reference"]),
              ("excluded: Connect worker start", f"{connect_s:,.1f} s"),

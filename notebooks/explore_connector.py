@@ -22,11 +22,12 @@ from pathlib import Path
 if importlib.util.find_spec("pubsub_connect") is None:
     sys.path.insert(0, str(Path.cwd().parent / "src"))
 
-from pubsub_connect import explore
+from pubsub_connect.explore import checkpoints, context, output, tables
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 
 # COMMAND ----------
 
-params = explore.notebook_params(globals(), {
+params = context.notebook_params(globals(), {
     "connector": "../resources/config/cps_sink.properties",
     "storage_root": "./.pubsub-connect",
     "catalog": "",
@@ -35,8 +36,8 @@ params = explore.notebook_params(globals(), {
     "bootstrap_servers": "",
     "samples": "5",
 })
-connector = explore.connector_ref(params["connector"])
-store = explore.open_store(params["storage_root"], params["catalog"], params["schema"], shape=params["shape"],
+connector = context.connector_ref(params["connector"])
+store = context.open_store(params["storage_root"], params["catalog"], params["schema"], shape=params["shape"],
                            connector=connector)
 print(f"connector {connector.name} ({connector.kind or 'kind unknown'}), storage {store.root}")
 
@@ -46,9 +47,9 @@ print(f"connector {connector.name} ({connector.kind or 'kind unknown'}), storage
 
 # COMMAND ----------
 
-counts = explore.table_counts(store, connector.name)
-print(explore.format_table([
-    {"table": kind, "rows": rows, "location": explore.table_location(store, explore.TableRef(kind, connector.name))}
+counts = tables.table_counts(store, connector.name)
+print(output.format_table([
+    {"table": kind, "rows": rows, "location": context.table_location(store, TableRef(kind, connector.name))}
     for kind, rows in counts.items()
 ]))
 
@@ -58,14 +59,14 @@ print(explore.format_table([
 
 # COMMAND ----------
 
-states = explore.connector_checkpoints(store, connector)
-print(explore.format_table(explore.checkpoint_rows(states)))
+states = checkpoints.connector_checkpoints(store, connector)
+print(output.format_table(checkpoints.checkpoint_rows(states)))
 kafka_states = [s for s in states if s.partition_offsets()]
 if params["bootstrap_servers"] and kafka_states:
     for state in kafka_states:
         topics = {topic for topic, _ in state.partition_offsets()}
-        ends = explore.kafka_end_offsets(params["bootstrap_servers"], topics)
-        print(explore.format_table(explore.offset_rows(state, ends)))
+        ends = checkpoints.kafka_end_offsets(params["bootstrap_servers"], topics)
+        print(output.format_table(checkpoints.offset_rows(state, ends)))
 
 # COMMAND ----------
 
@@ -73,7 +74,7 @@ if params["bootstrap_servers"] and kafka_states:
 
 # COMMAND ----------
 
-for kind in (explore.BRONZE, explore.OUTBOX, explore.DLQ):
-    rows = explore.sample_rows(store, connector.name, kind, limit=int(params["samples"]), width=60)
+for kind in (BRONZE, OUTBOX, DLQ):
+    rows = tables.sample_rows(store, connector.name, kind, limit=int(params["samples"]), width=60)
     print(f"\n{kind} ({len(rows)} newest)")
-    print(explore.format_table(rows))
+    print(output.format_table(rows))

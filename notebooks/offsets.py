@@ -18,20 +18,20 @@ from pathlib import Path
 if importlib.util.find_spec("pubsub_connect") is None:
     sys.path.insert(0, str(Path.cwd().parent / "src"))
 
-from pubsub_connect import explore
+from pubsub_connect.explore import checkpoints, context, output
 
 # COMMAND ----------
 
-params = explore.notebook_params(globals(), {
+params = context.notebook_params(globals(), {
     "connector": "../resources/config/cps_sink.properties",
     "storage_root": "./.pubsub-connect",
     "catalog": "",
     "schema": "",
     "bootstrap_servers": "",
 })
-connector = explore.connector_ref(params["connector"])
-store = explore.open_store(params["storage_root"], params["catalog"], params["schema"])
-states = explore.connector_checkpoints(store, connector)
+connector = context.connector_ref(params["connector"])
+store = context.open_store(params["storage_root"], params["catalog"], params["schema"])
+states = checkpoints.connector_checkpoints(store, connector)
 print(f"connector {connector.name}: {len(states)} checkpoint(s) under {store.root}")
 
 # COMMAND ----------
@@ -43,7 +43,7 @@ for state in states:
         ends = None
         if params["bootstrap_servers"]:
             topics = {topic for topic, _ in state.partition_offsets()}
-            ends = explore.kafka_end_offsets(params["bootstrap_servers"], topics)
-        print(explore.format_table(explore.offset_rows(state, ends)))
+            ends = checkpoints.kafka_end_offsets(params["bootstrap_servers"], topics)
+        print(output.format_table(checkpoints.offset_rows(state, ends)))
     else:
-        print(f"position: {explore.describe_position(state.committed)}")
+        print(f"position: {checkpoints.describe_position(state.committed)}")

@@ -17,19 +17,20 @@ from pathlib import Path
 if importlib.util.find_spec("pubsub_connect") is None:
     sys.path.insert(0, str(Path.cwd().parent / "src"))
 
-from pubsub_connect import explore
+from pubsub_connect.explore import context, history, output
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX
 
 # COMMAND ----------
 
-params = explore.notebook_params(globals(), {
+params = context.notebook_params(globals(), {
     "connector": "../resources/config/cps_sink.properties",
     "storage_root": "./.pubsub-connect",
     "catalog": "",
     "schema": "",
     "bucket_seconds": "60",
 })
-connector = explore.connector_ref(params["connector"])
-store = explore.open_store(params["storage_root"], params["catalog"], params["schema"])
+connector = context.connector_ref(params["connector"])
+store = context.open_store(params["storage_root"], params["catalog"], params["schema"])
 bucket = int(params["bucket_seconds"])
 
 # COMMAND ----------
@@ -39,15 +40,15 @@ bucket = int(params["bucket_seconds"])
 # COMMAND ----------
 
 series = {}
-for kind in (explore.BRONZE, explore.OUTBOX, explore.DLQ):
-    points = explore.throughput(explore.table_commits(store, connector.name, kind), bucket)
+for kind in (BRONZE, OUTBOX, DLQ):
+    points = history.throughput(history.table_commits(store, connector.name, kind), bucket)
     series[kind] = points
     print(f"\n{kind}: {sum(p.rows for p in points)} rows in {sum(p.commits for p in points)} commits")
-    print(explore.format_table([{"bucket_start": p.start, "commits": p.commits, "rows": p.rows,
+    print(output.format_table([{"bucket_start": p.start, "commits": p.commits, "rows": p.rows,
                                  "rows_per_second": p.rows_per_second} for p in points]))
 for kind, points in series.items():
     if points:
-        explore.plot_series(f"{connector.name} {kind}: rows/s per {bucket}s", [p.start for p in points],
+        output.plot_series(f"{connector.name} {kind}: rows/s per {bucket}s", [p.start for p in points],
                             {kind: [p.rows_per_second for p in points]}, "rows/s")
 
 # COMMAND ----------
@@ -56,10 +57,10 @@ for kind, points in series.items():
 
 # COMMAND ----------
 
-latency = explore.latency(store, connector.name, bucket)
-print(explore.format_table([{"bucket_start": p.start, "records": p.records, "p50_s": p.p50_seconds,
+latency = history.latency(store, connector.name, bucket)
+print(output.format_table([{"bucket_start": p.start, "records": p.records, "p50_s": p.p50_seconds,
                              "p95_s": p.p95_seconds, "max_s": p.max_seconds} for p in latency]))
 if latency:
-    explore.plot_series(f"{connector.name}: ingest latency", [p.start for p in latency],
+    output.plot_series(f"{connector.name}: ingest latency", [p.start for p in latency],
                         {"p50": [p.p50_seconds for p in latency], "p95": [p.p95_seconds for p in latency]},
                         "seconds")

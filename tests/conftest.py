@@ -11,11 +11,18 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from integration.kafka_tls import KafkaTls, make_kafka_tls
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, start_kafka
+from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
+from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
+from pubsub_connect.io.services.s3 import start_s3
+
+if TYPE_CHECKING:
+    from lite_server import LiteServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
@@ -40,7 +47,7 @@ class SecureKafka:
         jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required '
                 f'username="{self.user}" password="{self.password if password is None else password}";')
         return {f"{prefix}{key}": value for key, value in {
-            "security.protocol": "SASL_SSL", "sasl.mechanism": svc.SCRAM_MECHANISM, "sasl.jaas.config": jaas,
+            "security.protocol": "SASL_SSL", "sasl.mechanism": SCRAM_MECHANISM, "sasl.jaas.config": jaas,
             "ssl.truststore.type": "PEM", "ssl.truststore.location": str(self.tls.ca_pem)}.items()}
 
 
@@ -50,37 +57,37 @@ def kafka_tls(services_dir: Path) -> KafkaTls:
 
 
 @pytest.fixture(scope="session")
-def kafka_sasl_ssl_listener(kafka_tls: KafkaTls) -> svc.SaslSslListener:
+def kafka_sasl_ssl_listener(kafka_tls: KafkaTls) -> SaslSslListener:
     """The SASL_SSL listener every test broker has: SCRAM-SHA-512 over TLS with a CA made here, and
     one user whose password is new for each session (so finding it in an output means a leak)."""
-    return svc.SaslSslListener(svc.free_port(), kafka_tls.keystore_pem, {"connect-user": f"pw-{uuid.uuid4().hex}"})
+    return SaslSslListener(free_port(), kafka_tls.keystore_pem, {"connect-user": f"pw-{uuid.uuid4().hex}"})
 
 
 @pytest.fixture(scope="session")
-def kafka_service(services_dir: Path, kafka_sasl_ssl_listener: svc.SaslSslListener) -> Iterator[svc.RunningService]:
+def kafka_service(services_dir: Path, kafka_sasl_ssl_listener: SaslSslListener) -> Iterator[RunningService]:
     """A real Apache Kafka broker (single-node KRaft, from Maven Central) on loopback: PLAINTEXT
     for most tests, SASL_SSL for the security ones."""
-    service = svc.start_kafka(services_dir / "kafka", sasl_ssl=kafka_sasl_ssl_listener)
+    service = start_kafka(services_dir / "kafka", sasl_ssl=kafka_sasl_ssl_listener)
     yield service
-    svc.stop_pid(service.pid)
+    stop_pid(service.pid)
 
 
 @pytest.fixture(scope="session")
-def kafka_sasl_ssl(kafka_service: svc.RunningService, kafka_sasl_ssl_listener: svc.SaslSslListener,
+def kafka_sasl_ssl(kafka_service: RunningService, kafka_sasl_ssl_listener: SaslSslListener,
                    kafka_tls: KafkaTls) -> SecureKafka:
     ((user, password),) = kafka_sasl_ssl_listener.users.items()
     return SecureKafka(kafka_sasl_ssl_listener.bootstrap, user, password, kafka_tls)
 
 
 @pytest.fixture(scope="session")
-def kafka_bootstrap(kafka_service: svc.RunningService) -> str:
+def kafka_bootstrap(kafka_service: RunningService) -> str:
     return kafka_service.endpoint
 
 
 @pytest.fixture(scope="session")
-def pubsub_service(services_dir: Path) -> Iterator[svc.RunningService]:
+def pubsub_service(services_dir: Path) -> Iterator[RunningService]:
     """Google's Pub/Sub emulator on loopback; sets PUBSUB_EMULATOR_HOST for the session."""
-    service = svc.start_pubsub_emulator(services_dir / "pubsub")
+    service = start_pubsub_emulator(services_dir / "pubsub")
     previous = os.environ.get("PUBSUB_EMULATOR_HOST")
     os.environ["PUBSUB_EMULATOR_HOST"] = service.endpoint
     yield service
@@ -88,24 +95,24 @@ def pubsub_service(services_dir: Path) -> Iterator[svc.RunningService]:
         os.environ.pop("PUBSUB_EMULATOR_HOST", None)
     else:
         os.environ["PUBSUB_EMULATOR_HOST"] = previous
-    svc.stop_pid(service.pid)
+    stop_pid(service.pid)
 
 
 @pytest.fixture(scope="session")
-def pubsub_emulator_host(pubsub_service: svc.RunningService) -> str:
+def pubsub_emulator_host(pubsub_service: RunningService) -> str:
     return pubsub_service.endpoint
 
 
 @pytest.fixture(scope="session")
-def s3_service(services_dir: Path) -> Iterator[svc.RunningService]:
+def s3_service(services_dir: Path) -> Iterator[RunningService]:
     """A moto S3 server on loopback."""
-    service = svc.start_s3(services_dir / "s3")
+    service = start_s3(services_dir / "s3")
     yield service
-    svc.stop_pid(service.pid)
+    stop_pid(service.pid)
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint(s3_service: svc.RunningService) -> str:
+def s3_endpoint(s3_service: RunningService) -> str:
     return s3_service.endpoint
 
 
@@ -117,6 +124,16 @@ def spark():
     session = build_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}, app_name="tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="module")
+def lite() -> Iterator[LiteServer]:
+    """The local Pub/Sub Lite server (``tests/lite_server``), in this process, one per test module:
+    a module's topics, cursors and call counts are its own."""
+    from lite_server import LiteServer
+
+    with LiteServer() as server:
+        yield server
 
 
 @pytest.fixture

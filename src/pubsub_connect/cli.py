@@ -17,8 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pubsub_connect import __version__
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import WORKER_KEYS
+from pubsub_connect.io.services.kafka import JVM_ARTIFACTS
+from pubsub_connect.io.services.lifecycle import ALL_SERVICES, read_services, services_down, services_up
+from pubsub_connect.io.services.process import RunningService, ServiceError
+from pubsub_connect.model.error_text import first_line
 
 log = logging.getLogger("pubsub_connect")
 
@@ -80,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     services = sub.add_parser("services", help="start/stop the embedded local services")
     services.add_argument("action", choices=("up", "down", "status"))
-    services.add_argument("--only", default=",".join(svc.ALL_SERVICES),
+    services.add_argument("--only", default=",".join(ALL_SERVICES),
                           help="comma-separated subset of kafka,pubsub,s3")
-    services.add_argument("--storage-root", default=cfg.WORKER_KEYS[1].default,
+    services.add_argument("--storage-root", default=WORKER_KEYS[1].default,
                           help="where the services' state and logs are kept")
 
     quick = sub.add_parser("quickstart", help="demo: local services, sample records, sink to the emulator")
@@ -123,7 +128,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 def _use_running_services(worker: cfg.WorkerConfig) -> None:
     """Point a default worker at services started by ``pubsub-connect services up``."""
-    running = svc.read_services(Path(worker.storage_root))
+    running = read_services(Path(worker.storage_root))
     if "kafka" in running and worker.settings["bootstrap.servers"].origin == "default":
         worker.settings["bootstrap.servers"] = cfg.Setting(running["kafka"].endpoint, "services up")
     if "pubsub" in running and not os.environ.get("PUBSUB_EMULATOR_HOST"):
@@ -146,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             unknown = set(args.stage) - {s.name for s in stages}
             if unknown:
                 names = ", ".join(s.name for s in stages)
-                raise cfg.ConfigError(f"{connector.name}: unknown stage(s) {sorted(unknown)} (stages: {names})")
+                raise ConfigError(f"{connector.name}: unknown stage(s) {sorted(unknown)} (stages: {names})")
             stages = [s for s in stages if s.name in args.stage]
         plans.append((connector, stages))
 
@@ -160,9 +165,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list) -> int:
     from pubsub_connect.io.spark import silence_query_failure_logs
-    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
-    from pubsub_connect.pipelines.runtime import build_context
+    from pubsub_connect.pipelines.runner.signals import install_stop_signals
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
+    from pubsub_connect.pipelines.runtime import apply_tasks_max, build_context
 
+    apply_tasks_max(run_config)
     ctx = build_context(run_config.worker, once=args.once, progress=lambda line: print(line, flush=True))
     if not args.debug:
         silence_query_failure_logs(ctx.spark)  # the stage runner prints each failure in one line
@@ -201,7 +208,7 @@ def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list)
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from pubsub_connect.connect.worker import run_worker
-    from pubsub_connect.pipelines.base import install_stop_signals
+    from pubsub_connect.pipelines.runner.signals import install_stop_signals
 
     loaded = cfg.load(args.connectors, args.worker, args.overrides) if args.connectors else None
     worker = loaded.worker if loaded else cfg.load_worker(args.worker, args.overrides)
@@ -218,7 +225,7 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     from pubsub_connect.connect.offsets_command import offsets_command
 
     if args.action == "alter" and not args.request:
-        raise cfg.ConfigError('offsets alter: give the offsets as Connect takes them ({"offsets": [...]}), a file, '
+        raise ConfigError('offsets alter: give the offsets as Connect takes them ({"offsets": [...]}), a file, '
                               "or - for stdin")
     worker = cfg.load_worker(args.worker, [])
     _use_running_services(worker)
@@ -248,21 +255,21 @@ def cmd_services(args: argparse.Namespace) -> int:
     root = Path(args.storage_root)
     names = tuple(n.strip() for n in args.only.split(",") if n.strip())
     if args.action == "up":
-        running = svc.services_up(root, names)
+        running = services_up(root, names)
         _print_services(running)
         print(f"stop them with: pubsub-connect services down --storage-root {root}")
     elif args.action == "down":
-        stopped = svc.services_down(root)
+        stopped = services_down(root)
         print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
     else:
-        running = svc.read_services(root)
+        running = read_services(root)
         if not running:
             print("no services running")
         _print_services(running)
     return 0
 
 
-def _print_services(running: dict[str, svc.RunningService]) -> None:
+def _print_services(running: dict[str, RunningService]) -> None:
     for name, service in sorted(running.items()):
         detail = {
             "kafka": f"bootstrap.servers={service.endpoint}",
@@ -276,7 +283,7 @@ def cmd_jars(args: argparse.Namespace) -> int:
     from pubsub_connect.io import artifacts
     from pubsub_connect.io.spark import spark_connectors
 
-    for artifact_set in (spark_connectors(), *svc.JVM_ARTIFACTS):
+    for artifact_set in (spark_connectors(), *JVM_ARTIFACTS):
         jars = artifacts.resolve(artifact_set, offline=args.offline)
         print(f"{artifact_set.name}: {len(jars)} jars ({', '.join(str(c) for c in artifact_set.coordinates)})")
     print(f"cache: {artifacts.cache_dir()}")
@@ -290,8 +297,8 @@ def cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    from pubsub_connect.model.blockgzip import encode_value
-    from pubsub_connect.pipelines.archive import archive_read
+    from pubsub_connect.model.blockgzip.lines import encode_value
+    from pubsub_connect.pipelines.archive.read import archive_read
 
     if args.s3_endpoint:
         os.environ["AWS_ENDPOINT_URL_S3"] = args.s3_endpoint
@@ -318,12 +325,12 @@ COMMANDS = {
 def _user_errors() -> tuple[type[BaseException], ...]:
     from pubsub_connect.connect.locks import ConnectorBusyError
     from pubsub_connect.io.artifacts import ArtifactError
-    from pubsub_connect.io.pubsub import PubSubIOError
+    from pubsub_connect.io.pubsub.errors import PubSubIOError
     from pubsub_connect.model.connect import DataError
-    from pubsub_connect.pipelines.base import ConnectorError
+    from pubsub_connect.pipelines.context import ConnectorError
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
-    return (cfg.ConfigError, svc.ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError,
+    return (ConfigError, ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError,
             ArtifactError, ConnectorBusyError)
 
 
@@ -351,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        first = first_line(str(exc))
         print(f"error: {type(exc).__name__}: {first} (run with --debug for details)", file=sys.stderr)
         return EXIT_FAILURE
 

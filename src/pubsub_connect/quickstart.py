@@ -13,9 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pubsub_connect import config as cfg
-from pubsub_connect.io import services as svc
-from pubsub_connect.io.librdkafka import with_client_logger
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.kafka.admin import create_topic
+from pubsub_connect.io.kafka.librdkafka import with_client_logger
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
+from pubsub_connect.io.services.process import ServiceError
 
 KAFKA_TOPIC = "quickstart"
 PROJECT = "quickstart-project"
@@ -43,37 +45,28 @@ def sample_records(count: int) -> list[tuple[bytes | None, bytes, list[tuple[str
 
 
 def _produce(bootstrap: str, count: int) -> None:
-    from confluent_kafka import KafkaError, KafkaException, Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import Producer
 
-    # keep a reference to the client until the future resolves
-    admin = AdminClient(with_client_logger({"bootstrap.servers": bootstrap}))
-    try:
-        admin.create_topics([NewTopic(KAFKA_TOPIC, 3)])[KAFKA_TOPIC].result(30)
-    except KafkaException as exc:  # a second quickstart on the same storage root: the broker kept it
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+    # False for a second quickstart on the same storage root: the broker kept the topic
+    create_topic({"bootstrap.servers": bootstrap}, KAFKA_TOPIC, 3)
     producer = Producer(with_client_logger({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                                             "linger.ms": 5}))
     for key, value, headers in sample_records(count):
         producer.produce(KAFKA_TOPIC, value=value, key=key, headers=headers)
     if producer.flush(60) != 0:
-        raise svc.ServiceError("could not produce the sample records to the local broker")
+        raise ServiceError("could not produce the sample records to the local broker")
 
 
 def _create_pubsub(emulator_host: str) -> tuple[str, str]:
-    from pubsub_connect.io.pubsub import (
-        Connection,
-        ensure_subscription,
-        ensure_topic,
-        publisher_client,
-        subscriber_client,
-    )
+    from pubsub_connect.io.pubsub.admin import ensure_subscription, ensure_topic
+    from pubsub_connect.io.pubsub.credentials import Connection
+    from pubsub_connect.io.pubsub.publisher import publisher_client
+    from pubsub_connect.io.pubsub.subscriber import subscriber_client
 
     connection = Connection.for_emulator(PROJECT, emulator_host)
     topic_path = connection.topic_path(PUBSUB_TOPIC)
     subscription_path = connection.subscription_path(SUBSCRIPTION)
-    from pubsub_connect.io.pubsub import PublisherConfig
+    from pubsub_connect.io.pubsub.publisher import PublisherConfig
 
     ensure_topic(publisher_client(PublisherConfig(connection, PUBSUB_TOPIC)), topic_path)
     ensure_subscription(subscriber_client(connection), subscription_path, topic_path)
@@ -81,7 +74,9 @@ def _create_pubsub(emulator_host: str) -> tuple[str, str]:
 
 
 def _pull_all(emulator_host: str, subscription_path: str, expected: int, timeout_s: float = 60) -> list:
-    from pubsub_connect.io.pubsub import Connection, ack, pull_batch, subscriber_client
+    from pubsub_connect.io.pubsub.credentials import Connection
+    from pubsub_connect.io.pubsub.leases import ack
+    from pubsub_connect.io.pubsub.subscriber import pull_batch, subscriber_client
 
     subscriber = subscriber_client(Connection.for_emulator(PROJECT, emulator_host))
     received: dict[str, object] = {}
@@ -114,17 +109,17 @@ def write_connector_config(path: Path) -> Path:
 
 
 def run_quickstart(storage_root: str | None, records: int) -> int:
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
     root = Path(storage_root or tempfile.mkdtemp(prefix="pubsub-connect-quickstart-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with svc.LocalServices(root / "services", ("kafka", "pubsub")) as services:
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
         emulator = services.running["pubsub"].endpoint
         print(f"kafka   up at {bootstrap}\npubsub  emulator up at {emulator}", flush=True)
-        with svc.environment({"PUBSUB_EMULATOR_HOST": emulator}):
+        with environment({"PUBSUB_EMULATOR_HOST": emulator}):
             _produce(bootstrap, records)
             print(f"produced {records} records to Kafka topic '{KAFKA_TOPIC}' (3 partitions)", flush=True)
             _, subscription_path = _create_pubsub(emulator)

@@ -515,7 +515,9 @@ def check_task_parameters(bundle: Bundle) -> None:
     """Each wheel task's parameters must parse with pubsub-connect-job's parser and name config
     files of the bundle; stages must match the connector's kind; continuous jobs run every stage
     without --once, scheduled jobs chain them in pipeline order with --once."""
-    from pubsub_connect import config as cfg
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.config.errors import ConfigError
+    from pubsub_connect.config.properties import read_properties
     from pubsub_connect.jobs import build_parser
 
     errors = bundle.errors
@@ -542,8 +544,8 @@ def check_task_parameters(bundle: Bundle) -> None:
         if local is None or not local.is_file():
             continue
         try:
-            kind = cfg.connector_kind(cfg.read_properties(local), str(local))
-        except cfg.ConfigError as exc:
+            kind = cfg.connector_kind(read_properties(local), str(local))
+        except ConfigError as exc:
             errors.append(f"{where}: {exc}")
             continue
         kinds[job_key] = kind
@@ -606,8 +608,8 @@ PIPELINE_FILE_KEYS = ("pubsub_connect.connector", "pubsub_connect.worker")
 def check_pipelines(bundle: Bundle) -> None:
     """Each pipeline against the ``Pipeline`` model; its source files in the repository; its
     configuration loads the connector it names with no cluster environment and stand-in secrets."""
-    from pubsub_connect import config as cfg
-    from pubsub_connect.jobs import SecretResolver
+    from pubsub_connect.config.errors import ConfigError
+    from pubsub_connect.io.databricks_secrets import SecretResolver
     from pubsub_connect.lakeflow.conf import CONNECTOR_KEY, WORKER_KEY, load_from_conf
     from pubsub_connect.lakeflow.datasets import check_declarable
 
@@ -641,7 +643,7 @@ def check_pipelines(bundle: Bundle) -> None:
             with mock.patch.dict(os.environ, deployment_env, clear=True):  # no job cluster's environment
                 run_config = load_from_conf(offline, resolver)
             check_declarable(run_config.connectors[0])
-        except cfg.ConfigError as exc:
+        except ConfigError as exc:
             errors.append(f"{where}.configuration: {exc}")
 
 

@@ -16,7 +16,9 @@ import yaml
 from bundle_check import REPO_ROOT, STAGES, TARGETS, cluster_env, repo_path, validate, wheel_tasks
 from databricks.bundles.jobs import Job
 
-from pubsub_connect import explore, jobs
+from pubsub_connect import jobs
+from pubsub_connect.explore import context
+from pubsub_connect.io import databricks_secrets
 from pubsub_connect.lakeflow.datasets import DEFINERS
 from pubsub_connect.lakeflow.local import JOB_STAGES
 from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
@@ -59,7 +61,7 @@ def test_targets_resolve_their_own_settings() -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_stage_names_are_the_pipelines_stage_names(kind: str) -> None:
-    assert explore.STAGE_ORDER[kind] == STAGES[kind]
+    assert context.STAGE_ORDER[kind] == STAGES[kind]
     try:
         stages = stages_for(kind)
     except NotAvailableError:
@@ -130,7 +132,7 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
             return '{"type": "service_account"}'
 
         args = jobs.build_parser().parse_args(task["python_wheel_task"]["parameters"])
-        resolver = jobs.SecretResolver(fake_secret, env["PUBSUB_CONNECT_SECRET_SCOPE"])
+        resolver = databricks_secrets.SecretResolver(fake_secret, env["PUBSUB_CONNECT_SECRET_SCOPE"])
         run_config = jobs.load_run_config(str(repo_path(bundle, args.connector)),
                                           str(repo_path(bundle, args.worker)), args.overrides, resolver)
         (connector,) = run_config.connectors

@@ -7,8 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_connect import config as cfg
 from pubsub_connect import jobs
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.io import databricks_secrets
+from pubsub_connect.pipelines.runtime import apply_tasks_max
 
 GCP_JSON = '{"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\\nabc\\n"}'
 
@@ -34,7 +37,7 @@ def _write(path: Path, text: str) -> str:
 
 def test_both_reference_forms_resolve_and_each_secret_is_read_once() -> None:
     secrets = FakeSecrets({("scope-a", "k1"): "v1", ("scope-b", "k2"): "v2"})
-    resolver = jobs.SecretResolver(secrets, default_scope="scope-a")
+    resolver = databricks_secrets.SecretResolver(secrets, default_scope="scope-a")
     text = "x=${secrets:k1};y=${secrets:scope-b/k2};z={{secrets/scope-a/k1}};w={{ secrets/scope-b/k2 }}"
     assert resolver.resolve(text, "f", "key") == "x=v1;y=v2;z=v1;w=v2"
     assert secrets.reads == [("scope-a", "k1"), ("scope-b", "k2")]
@@ -43,13 +46,13 @@ def test_both_reference_forms_resolve_and_each_secret_is_read_once() -> None:
 
 
 def test_reference_errors_are_one_line_config_errors() -> None:
-    resolver = jobs.SecretResolver(FakeSecrets({}), default_scope=None)
-    with pytest.raises(cfg.ConfigError) as no_scope:
+    resolver = databricks_secrets.SecretResolver(FakeSecrets({}), default_scope=None)
+    with pytest.raises(ConfigError) as no_scope:
         resolver.resolve("${secrets:k}", "a.properties", "gcp.credentials.json")
     assert str(no_scope.value) == (
         "a.properties: gcp.credentials.json refers to ${secrets:k} but no secret scope is set "
         "(write ${secrets:SCOPE/KEY}, or pass --secret-scope / set PUBSUB_CONNECT_SECRET_SCOPE)")
-    with pytest.raises(cfg.ConfigError) as missing:
+    with pytest.raises(ConfigError) as missing:
         resolver.resolve("${secrets:s/k}", "a.properties", "gcp.credentials.json")
     assert str(missing.value) == (
         "a.properties: gcp.credentials.json refers to secret s/k, which cannot be read "
@@ -70,8 +73,8 @@ def test_default_getter_creates_dbutils_only_when_a_secret_is_read(monkeypatch: 
         created.append("dbutils")
         return FakeDbutils()
 
-    monkeypatch.setattr(jobs, "_dbutils", make)
-    getter = jobs.dbutils_secret_getter()
+    monkeypatch.setattr(databricks_secrets, "databricks_dbutils", make)
+    getter = databricks_secrets.dbutils_secret_getter()
     assert created == []
     assert getter("s", "a") == "s:a"
     assert getter("s", "b") == "s:b"
@@ -87,13 +90,13 @@ def test_load_run_config_resolves_files_and_overrides_in_memory(tmp_path: Path) 
         "consumer.sasl.jaas.config=${secrets:ops/jaas}\nproducer.sasl.jaas.config=${secrets:ops/jaas}\n"))
     secrets = FakeSecrets({("pc", "gcp"): GCP_JSON, ("ops", "brokers"): "b1:9093", ("ops", "jaas"): "JAAS",
                            ("pc", "other"): "b9:9093"})
-    resolver = jobs.SecretResolver(secrets, default_scope="pc")
+    resolver = databricks_secrets.SecretResolver(secrets, default_scope="pc")
     run_config = jobs.load_run_config(connector, worker, ["producer.sasl.jaas.config=plain",
                                                           "c1:tasks.max=3"], resolver)
     (conn,) = run_config.connectors
     assert conn.get("gcp.credentials.json") == GCP_JSON
     assert conn.get("tasks.max") == 3
-    assert conn.effective()["gcp.credentials.json"] == cfg.MASK
+    assert conn.effective()["gcp.credentials.json"] == MASK
     assert run_config.worker.bootstrap_servers == "b1:9093"
     assert run_config.worker.client_conf("consumer.") == {"sasl.jaas.config": "JAAS"}
     assert run_config.worker.client_conf("producer.") == {"sasl.jaas.config": "plain"}  # --set wins
@@ -112,7 +115,7 @@ def test_a_secret_quoted_by_an_error_is_masked_and_the_exit_code_is_2(
     assert exit_info.value.code == jobs.EXIT_USER_ERROR
     out, err = capsys.readouterr()
     assert out == ""
-    assert err == f"error: {connector}: tasks.max='{cfg.MASK}' is not an integer (value from a secret)\n"
+    assert err == f"error: {connector}: tasks.max='{MASK}' is not an integer (value from a secret)\n"
 
 
 def test_unknown_stage_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,7 +129,7 @@ def test_unknown_stage_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_redacting_filter_masks_messages_arguments_and_tracebacks() -> None:
-    resolver = jobs.SecretResolver(FakeSecrets({("s", "k"): GCP_JSON}), default_scope="s")
+    resolver = databricks_secrets.SecretResolver(FakeSecrets({("s", "k"): GCP_JSON}), default_scope="s")
     resolver.resolve("${secrets:k}", "f", "key")
     redactor = jobs.RedactingFilter(resolver)
     try:
@@ -137,20 +140,20 @@ def test_redacting_filter_masks_messages_arguments_and_tracebacks() -> None:
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "using %s and %r", (GCP_JSON, GCP_JSON),
                                    sys.exc_info())
     assert redactor.filter(record) is True
-    assert record.getMessage() == f"using {cfg.MASK} and '{cfg.MASK}'"
+    assert record.getMessage() == f"using {MASK} and '{MASK}'"
     assert record.exc_info is None
     assert GCP_JSON not in (record.exc_text or "") and repr(GCP_JSON)[1:-1] not in (record.exc_text or "")
-    assert f"bad credentials '{cfg.MASK}'" in (record.exc_text or "")
+    assert f"bad credentials '{MASK}'" in (record.exc_text or "")
 
 
 def test_tasks_max_sets_shuffle_partitions_unless_the_worker_does(tmp_path: Path) -> None:
     connector = _write(tmp_path / "c.properties",
                        "name=c1\nconnector.class=cps-sink\ntopics=t\ncps.topic=pt\ncps.project=p\ntasks.max=7\n")
     run_config = cfg.load([connector])
-    jobs.apply_parallelism(run_config)
+    apply_tasks_max(run_config)
     assert run_config.worker.spark_conf["spark.sql.shuffle.partitions"] == "7"
     run_config = cfg.load([connector], overrides=["spark.sql.shuffle.partitions=16"])
-    jobs.apply_parallelism(run_config)
+    apply_tasks_max(run_config)
     assert run_config.worker.spark_conf["spark.sql.shuffle.partitions"] == "16"
 
 
@@ -167,6 +170,6 @@ def test_a_set_override_replaces_a_secret_reference_without_reading_it(tmp_path:
         "gcp.credentials.json=${secrets:gcp}\n"))
     secrets = FakeSecrets({})
     run_config = jobs.load_run_config(connector, None, ["c1:gcp.credentials.json={}"],
-                                      jobs.SecretResolver(secrets, default_scope="pc"))
+                                      databricks_secrets.SecretResolver(secrets, default_scope="pc"))
     assert run_config.connectors[0].get("gcp.credentials.json") == "{}"
     assert secrets.reads == []

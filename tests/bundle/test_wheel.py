@@ -60,7 +60,8 @@ def test_wheel_contains_the_package_and_its_entry_points(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = archive.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
-    for module in ("jobs.py", "explore.py", "cli.py", "config.py", "pipelines/runtime.py", "io/tables.py"):
+    for module in ("jobs.py", "explore/__init__.py", "cli.py", "config/loader.py", "pipelines/runtime.py",
+                   "io/tables.py"):
         assert f"pubsub_connect/{module}" in names
     assert "pubsub-connect-job = pubsub_connect.jobs:main" in entry_points.splitlines()
 

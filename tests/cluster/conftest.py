@@ -8,7 +8,6 @@ reported in the terminal summary.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 
 from cluster.runs import ClusterRunner
 from cluster.standalone import StandaloneCluster
-from lite_server import LiteServer
+from timings import timed, write_timings
 
 #: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
 TIMINGS: dict[str, float] = {}
@@ -30,10 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TIMINGS:
-        terminalreporter.write_sep("-", "spark standalone cluster")
-        for what, seconds in TIMINGS.items():
-            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+    write_timings(terminalreporter, "spark standalone cluster", TIMINGS)
 
 
 @pytest.fixture(scope="session")
@@ -46,19 +42,11 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
     try:
         yield cluster
     finally:
-        stopping = time.monotonic()
-        cluster.stop()
-        TIMINGS["cluster stop"] = time.monotonic() - stopping
+        with timed(TIMINGS, "cluster stop"):
+            cluster.stop()
 
 
 @pytest.fixture
 def cluster_runner(spark_cluster: StandaloneCluster, tmp_path: Path) -> ClusterRunner:
     """Runs connectors on the cluster; its :attr:`~ClusterRunner.runs` are the test's evidence."""
     return ClusterRunner(spark_cluster, tmp_path / "cluster-runs")
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    """The local Pub/Sub Lite server (in this process; the connectors reach it over TLS)."""
-    with LiteServer() as server:
-        yield server

@@ -22,8 +22,8 @@ from pathlib import Path
 
 from cluster.evidence import AuditRecord, EventLog, read_audit
 from cluster.standalone import StandaloneCluster, loopback_env, session_members
-from pubsub_connect import config as cfg
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.pipelines.context import ConnectorError
 
 AUDIT_DIR = Path(__file__).resolve().parent / "audit"
 #: Executors are small: two of them share this machine with the rest of the test suite.

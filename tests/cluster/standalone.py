@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pubsub_connect.io.services import LOOPBACK, free_port
+from pubsub_connect.io.services.process import LOOPBACK, free_port
 
 #: Environment variables that would send the cluster's loopback traffic through a proxy.
 PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "grpc_proxy", "all_proxy", "ALL_PROXY")

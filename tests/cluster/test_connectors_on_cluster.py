@@ -43,7 +43,7 @@ from e2e.test_lite_sink import (
 from e2e.test_lite_source import model_messages, source_connector
 from integration.kafka_helpers import create_topic
 from lite_server import LiteServer
-from pubsub_connect import config as cfg
+from pubsub_connect.config.properties import read_properties
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster]
 
@@ -130,7 +130,7 @@ def test_lite_sink(cluster_runner: ClusterRunner, lite: LiteServer, kafka_bootst
             write_connector(tmp_path, names["kafka_mode"], lite, **base, topics=names["kafka_mode"], **{
                 "pubsublite.topic": names["kafka_mode"], "pubsublite.ordering.mode": "kafka"}),
         ]
-        run = cluster_runner.run(cfg.read_properties(worker), files, env=lite_env(lite))
+        run = cluster_runner.run(read_properties(worker), files, env=lite_env(lite))
         assert run.returncode == 0, run.tail()
         result: dict[str, Any] = {"names": names, "root": root, "result": run}
         lite_sink_e2e.test_data_model_and_default_routing(lite, result)
@@ -157,7 +157,7 @@ def test_lite_source(cluster_runner: ClusterRunner, lite: LiteServer, kafka_boot
             "pipeline.max.records.per.batch": "100", "pipeline.trigger.interval.ms": "100"})
         connector = source_connector(tmp_path, name, lite, name, **{
             "pubsublite.partition_flow_control.messages": "3", "pubsublite.partition_flow_control.bytes": "250"})
-        run = cluster_runner.run(cfg.read_properties(worker), [connector], env=lite_env(lite))
+        run = cluster_runner.run(read_properties(worker), [connector], env=lite_env(lite))
         assert run.returncode == 0, run.tail()
         result = {"names": {"model": name}, "root": root}
         lite_source_e2e.test_message_to_record_mapping(lite, kafka_bootstrap, result)

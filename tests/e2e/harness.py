@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.spark import capabilities
 from pubsub_connect.io.tables import table_store
-from pubsub_connect.pipelines.base import PipelineContext, run_stages
+from pubsub_connect.pipelines.context import PipelineContext
+from pubsub_connect.pipelines.runner.supervisor import run_stages
 from pubsub_connect.pipelines.runtime import stages_for
 
 PROJECT = "test-project"

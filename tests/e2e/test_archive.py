@@ -34,12 +34,32 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.kafka_helpers import consume_all, create_topic
-from pubsub_connect.config import validate_connector
-from pubsub_connect.io import objectstore as ostore
-from pubsub_connect.io import services as svc
-from pubsub_connect.model import blockgzip as bg
+from pubsub_connect.config.loader import validate_connector
+from pubsub_connect.io.objectstore.archive_files import list_archive_files
+from pubsub_connect.io.objectstore.base import ObjectStore
+from pubsub_connect.io.objectstore.local import LocalStore
+from pubsub_connect.io.objectstore.locations import open_store
+from pubsub_connect.io.objectstore.s3 import S3Store
+from pubsub_connect.io.services.lifecycle import environment
+from pubsub_connect.io.services.process import RunningService
+from pubsub_connect.model.blockgzip.blocks import read_block, write_file
+from pubsub_connect.model.blockgzip.index import Chunk, parse_index, render_index
+from pubsub_connect.model.blockgzip.lines import encode_value
+from pubsub_connect.model.blockgzip.names import index_key
+from pubsub_connect.model.blockgzip.rotation import RotationPolicy
 from pubsub_connect.pipelines import archive as arch
-from pubsub_connect.pipelines.base import ConnectorError, is_transient
+from pubsub_connect.pipelines import kafka_position
+from pubsub_connect.pipelines.archive import coordinator as archive_coordinator
+from pubsub_connect.pipelines.archive import read as archive_read
+from pubsub_connect.pipelines.archive import records as archive_records
+from pubsub_connect.pipelines.archive import reports as archive_reports
+from pubsub_connect.pipelines.archive import resume as archive_resume
+from pubsub_connect.pipelines.archive import settings as archive_settings
+from pubsub_connect.pipelines.archive import stage as archive_stage
+from pubsub_connect.pipelines.archive import task as archive_task
+from pubsub_connect.pipelines.context import ConnectorError
+from pubsub_connect.pipelines.runner.failures import is_transient
+from waiting import wait_until
 
 DAY_MS = 86_400_000
 T0 = 1_456_272_000_000  # 2016-02-24T00:00:00Z
@@ -62,8 +82,8 @@ def _table(records: list[tuple[str, int, int, int, bytes | None]]) -> pa.Table:
     })
 
 
-def _settings(buffer: Path, prefix: str = "arch/", **policy: int) -> arch.ArchiveSettings:
-    return arch.ArchiveSettings(prefix, bg.RotationPolicy(**policy), buffer)
+def _settings(buffer: Path, prefix: str = "arch/", **policy: int) -> archive_settings.ArchiveSettings:
+    return archive_settings.ArchiveSettings(prefix, RotationPolicy(**policy), buffer)
 
 
 Record = tuple[str, int, int, int, bytes | None]  # topic, partition, offset, timestamp ms, value
@@ -77,10 +97,10 @@ class ListSource:
         self.records = sorted(records, key=lambda r: (r[0], r[1], r[2]))
         self.reads: list[tuple[str, int, int, int]] = []
 
-    def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[arch.Records]:
+    def read(self, topic: str, partition: int, start: int, end: int) -> Iterator[archive_records.Records]:
         self.reads.append((topic, partition, start, end))
         rows = [r for r in self.records if (r[0], r[1]) == (topic, partition) and start <= r[2] < end]
-        yield arch.Records([r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows])
+        yield archive_records.Records([r[2] for r in rows], [r[3] for r in rows], [r[4] for r in rows])
 
 
 class Run:
@@ -88,62 +108,62 @@ class Run:
     handed to the executor callable in this process the way Spark hands it over (grouped by
     topic-partition, sorted by offset, in Arrow batches of ``arrow_rows`` rows)."""
 
-    def __init__(self, store: ostore.ObjectStore, settings: arch.ArchiveSettings, source: ListSource,
+    def __init__(self, store: ObjectStore, settings: archive_settings.ArchiveSettings, source: ListSource,
                  resume: dict[tuple[str, int], int] | None = None, arrow_rows: int = 10_000,
                  flush_interval_ms: int | None = None, clock: Any = time.monotonic):
-        self.coordinator = arch.ArchiveCoordinator(store, settings, "arch-test", source, resume or {},
+        self.coordinator = archive_coordinator.ArchiveCoordinator(store, settings, "arch-test", source, resume or {},
                                                    flush_interval_ms=flush_interval_ms, clock=clock)
         self.arrow_rows = arrow_rows
-        self.reports: list[arch.PartitionReport] = []
+        self.reports: list[archive_reports.PartitionReport] = []
 
-    def batch(self, records: list[Record]) -> list[arch.PartitionReport]:
+    def batch(self, records: list[Record]) -> list[archive_reports.PartitionReport]:
         return self._run(self.coordinator.task(), _table(sorted(records, key=lambda r: (r[0], r[1], r[2]))))
 
-    def finish(self) -> list[arch.PartitionReport]:
+    def finish(self) -> list[archive_reports.PartitionReport]:
         """The end of a ``--once`` run: the open files are written."""
         return self._flush(sorted(self.coordinator.open_files()))
 
-    def flush_due(self) -> list[arch.PartitionReport]:
-        """What :func:`arch.flush_due_files` runs: the files due by ``offset.flush.interval.ms``."""
+    def flush_due(self) -> list[archive_reports.PartitionReport]:
+        """What :func:`archive_coordinator.flush_due_files` runs: the files due by ``offset.flush.interval.ms``."""
         return self._flush(self.coordinator.due())
 
-    def _flush(self, names: list[tuple[str, int]]) -> list[arch.PartitionReport]:
+    def _flush(self, names: list[tuple[str, int]]) -> list[archive_reports.PartitionReport]:
         table = pa.table({"topic": pa.array([t for t, _ in names], pa.string()),
                           "partition": pa.array([p for _, p in names], pa.int32())})
         return self._run(self.coordinator.task(final=True), table)
 
-    def _run(self, task: arch.ArchiveTask, table: pa.Table) -> list[arch.PartitionReport]:
+    def _run(self, task: archive_task.ArchiveTask, table: pa.Table) -> list[archive_reports.PartitionReport]:
         self.coordinator.in_flight = True
         rows = [row for out in task(iter(table.to_batches(max_chunksize=self.arrow_rows))) for row in out.to_pylist()]
         reports = self.coordinator.apply(rows)
         self.reports.extend(reports)
         return reports
 
-    def files(self) -> list[arch.CommittedFile]:
+    def files(self) -> list[archive_reports.CommittedFile]:
         return [f for report in self.reports for f in report.files]
 
 
-def _snapshot(store: ostore.ObjectStore, prefix: str = "") -> dict[str, bytes]:
+def _snapshot(store: ObjectStore, prefix: str = "") -> dict[str, bytes]:
     return {o.key: store.read(o.key) for o in store.list(prefix)}
 
 
-def _archived_records(store: ostore.ObjectStore, prefix: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
+def _archived_records(store: ObjectStore, prefix: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
     """Every record in the store per topic-partition, checking each visible file on the way:
     it has an index, its blocks tile it, each block decompresses alone to its index counts, and
     consecutive files of a partition meet without gap or overlap."""
     out: dict[tuple[str, int], list[tuple[int, bytes | None]]] = {}
-    for tp, files in ostore.list_archive_files(store, prefix).items():
+    for tp, files in list_archive_files(store, prefix).items():
         records: list[tuple[int, bytes | None]] = []
         for file in files:
             assert file.has_index, file.name.gz_key
             data = store.read(file.name.gz_key)
-            chunks = bg.parse_index(store.read(file.name.index_key))
+            chunks = parse_index(store.read(file.name.index_key))
             assert chunks[0].first_record_offset == file.name.first_offset
             assert chunks[-1].byte_end == len(data) == file.size
             if records:
                 assert file.name.first_offset == records[-1][0] + 1, f"gap/overlap before {file.name.gz_key}"
             for chunk in chunks:
-                values = bg.read_block(data[chunk.byte_offset:chunk.byte_end])
+                values = read_block(data[chunk.byte_offset:chunk.byte_end])
                 assert len(values) == chunk.num_records
                 records.extend((chunk.first_record_offset + i, v) for i, v in enumerate(values))
         out[tp] = records
@@ -169,7 +189,7 @@ def test_file_cuts_do_not_depend_on_micro_batches(tmp_path: Path) -> None:
     policy = {"block_size": 300, "chunks_per_file": 4, "flush_size": 150, "rotate_interval_ms": 120_000}
 
     def run(name: str, batches: list[list[Record]], arrow_rows: int) -> tuple[dict[str, bytes], Run, ListSource]:
-        store = ostore.LocalStore(tmp_path / name / "out")
+        store = LocalStore(tmp_path / name / "out")
         (tmp_path / name / "buf").mkdir(parents=True)
         source = ListSource(records)
         connector = Run(store, _settings(tmp_path / name / "buf", **policy), source, arrow_rows=arrow_rows)
@@ -193,8 +213,8 @@ def test_file_cuts_do_not_depend_on_micro_batches(tmp_path: Path) -> None:
     # the original's cursor per partition: the key of its last index
     assert {k: v for k, v in whole.items() if "last_chunk_index" in k} == {
         f"arch/last_chunk_index.topic-a-{p:05d}.txt":
-            bg.index_key(max(k for k in gz_keys if f"-{p:05d}-" in k)).encode() for p in range(3)}
-    assert _archived_records(ostore.LocalStore(tmp_path / "whole" / "out"), "arch/") == {
+            index_key(max(k for k in gz_keys if f"-{p:05d}-" in k)).encode() for p in range(3)}
+    assert _archived_records(LocalStore(tmp_path / "whole" / "out"), "arch/") == {
         ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
     # Every file was compressed once, in the batch that completed it; what earlier batches had
     # seen of it was read again once, from its first offset: no range twice.
@@ -210,12 +230,13 @@ def test_rotation_rules_give_exact_files(tmp_path: Path) -> None:
     # unless flush.size (5) or record time (10 s) cuts first.
     ts = [T0, T0 + 1, T0 + 2, T0 + 3, T0 + 4, T0 + 5, T0 + 6, T0 + 20_000, T0 + 20_001, DAY_MS + T0]
     records = [("t", 0, 100 + i, ts[i], b"v%09d" % i) for i in range(10)]
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     connector = Run(store, _settings(tmp_path, block_size=22, chunks_per_file=2, flush_size=5,
                                      rotate_interval_ms=10_000), ListSource(records))
     connector.batch(records)
     connector.finish()
-    got = {k: (bg.parse_index(store.read(bg.index_key(k)))) for k in (o.key for o in store.list()) if k.endswith(".gz")}
+    got = {k: (parse_index(store.read(index_key(k))))
+           for k in (o.key for o in store.list()) if k.endswith(".gz")}
     assert {k: [(c.first_record_offset, c.num_records) for c in v] for k, v in got.items()} == {
         # blocks per file reached after 4 records
         "arch/2016-02-24/t-00000-000000000100.gz": [(100, 2), (102, 2)],
@@ -225,7 +246,7 @@ def test_rotation_rules_give_exact_files(tmp_path: Path) -> None:
         # the next day's record starts a file in the next day's folder; it is the tail (finish)
         "arch/2016-02-25/t-00000-000000000109.gz": [(109, 1)],
     }
-    store2 = ostore.LocalStore(tmp_path / "out2")
+    store2 = LocalStore(tmp_path / "out2")
     connector2 = Run(store2, _settings(tmp_path, block_size=1000, chunks_per_file=16, flush_size=3),
                      ListSource(records))
     connector2.batch(records)
@@ -244,16 +265,16 @@ def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_
     buffer = tmp_path / "buf"
     buffer.mkdir()
 
-    def make_store(name: str) -> ostore.ObjectStore:
+    def make_store(name: str) -> ObjectStore:
         if target == "local":
-            return ostore.LocalStore(tmp_path / name)
+            return LocalStore(tmp_path / name)
         endpoint = request.getfixturevalue("s3_endpoint")
         env = request.getfixturevalue("s3_service").env
-        with svc.environment({k: v for k, v in env.items() if k.startswith("AWS_") and "ENDPOINT" not in k}):
+        with environment({k: v for k, v in env.items() if k.startswith("AWS_") and "ENDPOINT" not in k}):
             boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket=f"{name}-{os.getpid()}")
-        return ostore.S3Store(f"{name}-{os.getpid()}", endpoint=endpoint, path_style=True, region="us-east-1")
+        return S3Store(f"{name}-{os.getpid()}", endpoint=endpoint, path_style=True, region="us-east-1")
 
-    with svc.environment({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+    with environment({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                           "AWS_DEFAULT_REGION": "us-east-1"}):
         reference = make_store("reference")
         uninterrupted = Run(reference, _settings(buffer, **policy), ListSource(records))
@@ -277,7 +298,7 @@ def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_
             k for k in visible if f"-{p:05d}-" in k and k.endswith(".index.json")).encode() for p in range(3)}
         assert not list((buffer / "arch-test").iterdir()), "each task removes its staging directory"
 
-        resume = arch.resume_offsets(crashed, "arch/")
+        resume = archive_resume.resume_offsets(crashed, "arch/")
         assert resume == {tp: f.first_offset for tp, f in open_files.items()}
         second_run = Run(crashed, _settings(buffer, **policy), ListSource(records), resume)
         # Kafka delivers from the resume offsets; an earlier replayed record would be skipped too.
@@ -292,7 +313,7 @@ def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_
 def test_index_is_written_before_the_data_and_leftover_indexes_are_ignored(tmp_path: Path) -> None:
     calls: list[str] = []
 
-    class Spy(ostore.LocalStore):
+    class Spy(LocalStore):
         def put_bytes(self, key: str, data: bytes) -> None:
             calls.append(key)
             super().put_bytes(key, data)
@@ -309,22 +330,24 @@ def test_index_is_written_before_the_data_and_leftover_indexes_are_ignored(tmp_p
                      "arch/last_chunk_index.t-00000.txt"]
     assert store.read("arch/last_chunk_index.t-00000.txt") == b"arch/2016-02-24/t-00000-000000000000.index.json"
     # a crash after the index of the next file: it is not a file yet, the resume point stays at 2
-    store.put_bytes("arch/2016-02-24/t-00000-000000000002.index.json", bg.render_index([bg.Chunk(2, 1, 20, 0, 2)]))
-    assert arch.resume_offsets(store, "arch/") == {("t", 0): 2}
+    store.put_bytes("arch/2016-02-24/t-00000-000000000002.index.json",
+                    render_index([Chunk(2, 1, 20, 0, 2)]))
+    assert archive_resume.resume_offsets(store, "arch/") == {("t", 0): 2}
 
 
 def test_resume_from_files_without_index_or_with_a_wrong_one(tmp_path: Path) -> None:
-    store = ostore.LocalStore(tmp_path)
+    store = LocalStore(tmp_path)
     sink = io.BytesIO()
-    bg.write_file([(50 + i, b"r%d" % i) for i in range(7)], sink, 8)
+    write_file([(50 + i, b"r%d" % i) for i in range(7)], sink, 8)
     store.put_bytes("2016-02-24/t-00003-000000000050.gz", sink.getvalue())  # as the Java connector may leave it
-    assert arch.resume_offsets(store, "") == {("t", 3): 57}
-    store.put_bytes("2016-02-24/t-00003-000000000050.index.json", bg.render_index([bg.Chunk(3, 1, 5, 0, 50)]))
+    assert archive_resume.resume_offsets(store, "") == {("t", 3): 57}
+    store.put_bytes("2016-02-24/t-00003-000000000050.index.json",
+                    render_index([Chunk(3, 1, 5, 0, 50)]))
     with pytest.raises(ConnectorError, match="does not match its index"):
-        arch.resume_offsets(store, "")
+        archive_resume.resume_offsets(store, "")
 
 
-def _write_original_file(store: ostore.ObjectStore, s3_prefix: str, upload_date: str, topic: str, partition: int,
+def _write_original_file(store: ObjectStore, s3_prefix: str, upload_date: str, topic: str, partition: int,
                          records: list[tuple[int, bytes]], block_size: int) -> str:
     """One file as the original connector uploads it at an offset commit: key
     ``<s3.prefix + "/" unless it ends with one><upload date>/<topic>-<partition %05d>-<first %012d>``,
@@ -334,9 +357,9 @@ def _write_original_file(store: ostore.ObjectStore, s3_prefix: str, upload_date:
     key_prefix = s3_prefix if not s3_prefix or s3_prefix.endswith("/") else s3_prefix + "/"
     base = f"{key_prefix}{upload_date}/{topic}-{partition:05d}-{records[0][0]:012d}"
     sink = io.BytesIO()
-    chunks = bg.write_file(records, sink, block_size)
+    chunks = write_file(records, sink, block_size)
     store.put_bytes(base + ".gz", sink.getvalue())
-    store.put_bytes(base + ".index.json", bg.render_index(chunks))
+    store.put_bytes(base + ".index.json", render_index(chunks))
     store.put_bytes(f"{key_prefix}last_chunk_index.{topic}-{partition:05d}.txt", (base + ".index.json").encode())
     return base + ".index.json"
 
@@ -349,23 +372,23 @@ def test_resume_from_a_store_the_original_wrote(tmp_path: Path) -> None:
     values = {(p, o): b'{"p":%d,"o":%d}' % (p, o) for p in range(3) for o in range(120)}
     values[(1, 0)] = b'{"big":"' + b"x" * 150 + b'"}'  # longer than a 100-character block
     records: list[Record] = [(topic, p, o, T0 + o * 1000, values[(p, o)]) for p in range(3) for o in range(120)]
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     # p0: two offset commits ([0, 40) then [40, 75)), on different upload days; p1: one; p2: none
     _write_original_file(store, "systest", "2026-11-23", topic, 0, [(o, values[(0, o)]) for o in range(40)], 100)
     _write_original_file(store, "systest", "2026-11-24", topic, 0, [(o, values[(0, o)]) for o in range(40, 75)], 100)
     _write_original_file(store, "systest", "2026-11-24", topic, 1, [(o, values[(1, o)]) for o in range(30)], 100)
     original = _snapshot(store)
-    first_block = bg.parse_index(original["systest/2026-11-24/orders-00001-000000000000.index.json"])[0]
+    first_block = parse_index(original["systest/2026-11-24/orders-00001-000000000000.index.json"])[0]
     assert (first_block.num_records, first_block.byte_length, first_block.first_record_offset) == (0, 20, 0)
 
     config = validate_connector({"name": "arch", "connector.class": "S3SinkConnector", "topics": topic,
                                  "output.path": str(tmp_path / "out"), "local.buffer.dir": str(tmp_path),
                                  "s3.prefix": "systest", "compressed_block_size": "100", "chunks.per.file": "1000"})
-    settings = arch.ArchiveSettings.from_config(config)
+    settings = archive_settings.ArchiveSettings.from_config(config)
     assert settings.prefix == "systest/"
-    resume = arch.resume_offsets(store, settings.prefix)
+    resume = archive_resume.resume_offsets(store, settings.prefix)
     assert resume == {(topic, 0): 75, (topic, 1): 30}
-    assert json.loads(arch.starting_offsets(resume, [(topic, p) for p in range(3)])) == {
+    assert json.loads(kafka_position.starting_offsets(resume, [(topic, p) for p in range(3)])) == {
         topic: {"0": 75, "1": 30, "2": -2}}
 
     # Kafka delivers from there (earliest for p2), in two micro-batches; then the run ends
@@ -398,7 +421,7 @@ def test_open_files_are_written_offset_flush_interval_after_their_first_records_
     def part(p: int, start: int, end: int) -> list[Record]:
         return [r for r in records if r[1] == p and start <= r[2] < end]
 
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     run = Run(store, _settings(tmp_path), ListSource(records), flush_interval_ms=1000, clock=lambda: now[0])
     coordinator = run.coordinator
     run.batch(part(0, 0, 5) + part(1, 0, 3))  # t=0: two files open
@@ -430,7 +453,7 @@ def test_open_files_are_written_offset_flush_interval_after_their_first_records_
     assert sorted(o.key.rsplit("/", 1)[1] for o in store.list() if o.key.endswith(".gz")) == [
         "t-00000-000000000000.gz", "t-00000-000000000005.gz", "t-00001-000000000000.gz", "t-00002-000000000000.gz"]
     # without the interval (a --once run) nothing is ever due
-    idle = Run(ostore.LocalStore(tmp_path / "other"), _settings(tmp_path), ListSource(records), clock=lambda: 1e9)
+    idle = Run(LocalStore(tmp_path / "other"), _settings(tmp_path), ListSource(records), clock=lambda: 1e9)
     idle.batch(part(0, 0, 5))
     assert idle.coordinator.due() == [] and idle.coordinator.next_flush() is None
 
@@ -441,23 +464,23 @@ def test_idle_flusher_writes_due_files_without_a_micro_batch_and_reports_a_failu
     writes it once due (through the same job function as at the end of a run, here run in this
     process), and when that job fails it keeps the error and stops the query."""
     records: list[Record] = [("t", 0, o, T0, b"r%d" % o) for o in range(4)]
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     run = Run(store, _settings(tmp_path), ListSource(records), flush_interval_ms=50)
     flushed = threading.Event()
     failing = [False]
 
-    def flush_open_files(_spark: Any, coordinator: arch.ArchiveCoordinator,
-                         only: list[tuple[str, int]]) -> list[arch.PartitionReport]:
+    def flush_open_files(_spark: Any, coordinator: archive_coordinator.ArchiveCoordinator,
+                         only: list[tuple[str, int]]) -> list[archive_reports.PartitionReport]:
         assert coordinator is run.coordinator
         if failing[0]:
-            raise RuntimeError("Connection refused (S3)")
+            raise ConnectionRefusedError("Connection refused (S3)")  # what an unreachable store raises
         reports = run._flush(sorted(only))
         flushed.set()
         return reports
 
-    monkeypatch.setattr(arch, "flush_open_files", flush_open_files)
+    monkeypatch.setattr(archive_coordinator, "flush_open_files", flush_open_files)
     stopped = threading.Event()
-    flusher = arch.IdleFlusher(None, run.coordinator, stopped.set).start()  # type: ignore[arg-type]
+    flusher = archive_coordinator.IdleFlusher(None, run.coordinator, stopped.set).start()  # type: ignore[arg-type]
     try:
         with run.coordinator.lock:
             run.batch(records[:2])
@@ -478,9 +501,9 @@ def test_idle_flusher_writes_due_files_without_a_micro_batch_and_reports_a_failu
 
 def test_starting_offsets() -> None:
     subscribed = [("a", 0), ("a", 1), ("b", 0)]
-    assert arch.starting_offsets({}, subscribed) == "earliest"
-    assert arch.starting_offsets({("z", 0): 5}, subscribed) == "earliest"
-    assert json.loads(arch.starting_offsets({("a", 1): 70, ("z", 0): 5}, subscribed)) == {
+    assert kafka_position.starting_offsets({}, subscribed) == "earliest"
+    assert kafka_position.starting_offsets({("z", 0): 5}, subscribed) == "earliest"
+    assert json.loads(kafka_position.starting_offsets({("a", 1): 70, ("z", 0): 5}, subscribed)) == {
         "a": {"0": -2, "1": 70}, "b": {"0": -2}}
 
 
@@ -489,7 +512,7 @@ def test_missing_local_buffer_dir_is_a_clear_error(tmp_path: Path) -> None:
                                  "output.path": str(tmp_path / "out"), "local.buffer.dir": str(tmp_path / "nope")},
                                 source="arch.properties")
     with pytest.raises(ConnectorError) as info:
-        arch.ArchiveSettings.from_config(config)
+        archive_settings.ArchiveSettings.from_config(config)
     assert str(info.value) == (f"arch.properties: local.buffer.dir={str(tmp_path / 'nope')!r} does not exist "
                                "(create it first; blocks are staged there before upload)")
 
@@ -497,22 +520,22 @@ def test_missing_local_buffer_dir_is_a_clear_error(tmp_path: Path) -> None:
 def test_archive_read_fetches_only_the_needed_blocks(tmp_path: Path) -> None:
     reads: list[tuple[str, int, int | None]] = []
 
-    class Spy(ostore.LocalStore):
+    class Spy(LocalStore):
         def read(self, key: str, start: int = 0, end: int | None = None) -> bytes:
             reads.append((key, start, end))
             return super().read(key, start, end)
 
     store = Spy(tmp_path)
     sink = io.BytesIO()
-    chunks = bg.write_file([(1000 + i, b"value-%04d" % i) for i in range(100)], sink, 110)  # 10 per block
+    chunks = write_file([(1000 + i, b"value-%04d" % i) for i in range(100)], sink, 110)  # 10 per block
     store.put_bytes("d/t-00000-000000001000.gz", sink.getvalue())
-    store.put_bytes("d/t-00000-000000001000.index.json", bg.render_index(chunks))
-    got = arch.read_archive_records("d/t-00000-000000001000.gz", 1042, None, store=store)
+    store.put_bytes("d/t-00000-000000001000.index.json", render_index(chunks))
+    got = archive_read.read_archive_records("d/t-00000-000000001000.gz", 1042, None, store=store)
     assert got == [(1000 + i, b"value-%04d" % i) for i in range(42, 50)]
     assert reads == [("d/t-00000-000000001000.index.json", 0, None),
                      ("d/t-00000-000000001000.gz", chunks[4].byte_offset, chunks[4].byte_end)]
     reads.clear()
-    got = arch.read_archive_records("d/t-00000-000000001000.gz", 1048, 15, store=store)
+    got = archive_read.read_archive_records("d/t-00000-000000001000.gz", 1048, 15, store=store)
     assert [o for o, _ in got] == list(range(1048, 1063))
     assert reads[1] == ("d/t-00000-000000001000.gz", chunks[4].byte_offset, chunks[6].byte_end)
 
@@ -521,8 +544,8 @@ def test_archive_read_fetches_only_the_needed_blocks(tmp_path: Path) -> None:
 
 DRIVER = textwrap.dedent("""
     import logging, sys, threading
-    from pubsub_connect import config as cfg
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -592,8 +615,8 @@ class Connector:
 def _run_in_process(tmp: Path, bootstrap: str, properties: dict[str, str], max_records: int = 100_000) -> None:
     """One ``--once`` run of the connector on the active (test) SparkSession, through the same
     config → runtime → stages path as ``pubsub-connect run``."""
-    from pubsub_connect import config as cfg
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(tmp / "storage"),
@@ -643,14 +666,15 @@ def _values(partition: int, start: int, count: int) -> list[bytes | None]:
 
 
 def _wait_for(predicate: Any, timeout_s: float, connector: Connector, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
+    def reached() -> bool:
+        if predicate():
+            return True
         assert connector.proc is not None
         if connector.proc.poll() is not None:
             raise AssertionError(f"connector exited ({connector.proc.returncode}) before {what}:\n{connector.tail()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{connector.tail()}")
-        time.sleep(0.05)
+        return False
+
+    wait_until(reached, timeout_s, lambda: f"{what}:\n{connector.tail()}")
 
 
 @pytest.mark.slow
@@ -661,12 +685,12 @@ def test_every_known_partition_gets_a_task_of_its_own(spark: Any) -> None:
 
     ints = [*range(-50, 300), 2**31 - 1, -(2**31)]
     hashed = spark.createDataFrame([(i,) for i in ints], "i int").select("i", F.hash("i")).collect()
-    assert {row[0]: row[1] for row in hashed} == {i: arch._murmur3_int(i) for i in ints}
+    assert {row[0]: row[1] for row in hashed} == {i: archive_coordinator._murmur3_int(i) for i in ints}
 
     known = [("a", p) for p in range(7)] + [("b-1", 0), ("b-1", 1)]
     rows = [(t, p, o) for t, p in known for o in range(5)] + [("appeared-later", 0, 0)]
     frame = spark.createDataFrame(rows, "topic string, partition int, offset long")
-    placed = (arch.spread_partitions(frame, {tp: slot for slot, tp in enumerate(known)})
+    placed = (archive_coordinator.spread_partitions(frame, {tp: slot for slot, tp in enumerate(known)})
               .select(F.spark_partition_id().alias("task"), "topic", "partition").distinct().collect())
     tasks = {(r.topic, r.partition): r.task for r in placed}
     assert {tp: tasks[tp] for tp in known} == {tp: slot for slot, tp in enumerate(known)}
@@ -681,21 +705,21 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
     DataFrame collected is the tasks' reports (every other way of fetching rows fails), and every
     report — files compressed and uploaded, a file's beginning read again from Kafka — comes from
     a Python worker, not from this process."""
-    from pubsub_connect.io.kafka_source import read_kafka
+    from pubsub_connect.io.kafka.reader import read_kafka
 
     topic = unique_name
     create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
     _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
                                       for i, v in enumerate(_values(p, 0, 120))])
     options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic}
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     buffer = tmp_path / "buffer"
     buffer.mkdir()
     # Files of 50 records: [0, 50) completes in batch 1, [50, 100) spans both batches, [100, 120)
     # is the tail the flush writes.
-    coordinator = arch.ArchiveCoordinator(store, _settings(buffer, "", block_size=400, flush_size=50), "no-driver",
-                                          arch.KafkaRecordSource(arch.replay_options(options)), {},
-                                          [(topic, 0), (topic, 1)])
+    coordinator = archive_coordinator.ArchiveCoordinator(
+        store, _settings(buffer, "", block_size=400, flush_size=50), "no-driver",
+        archive_records.KafkaRecordSource(archive_records.replay_options(options)), {}, [(topic, 0), (topic, 1)])
 
     def micro_batch(start: int, end: int) -> Any:
         """What the stream hands ``process``: Spark's Kafka source over an offset range."""
@@ -721,9 +745,10 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
     for name in ("toArrow", "toPandas", "toLocalIterator", "take", "head", "first", "tail", "toJSON"):
         monkeypatch.setattr(frame_class, name, forbidden)
 
-    reports = [*arch.archive_frame(arch.select_archive_columns(micro_batch(0, 70)), coordinator),
-               *arch.archive_frame(arch.select_archive_columns(micro_batch(70, 120)), coordinator),
-               *arch.flush_open_files(spark, coordinator)]
+    select = archive_stage.select_archive_columns
+    reports = [*archive_coordinator.archive_frame(select(micro_batch(0, 70)), coordinator),
+               *archive_coordinator.archive_frame(select(micro_batch(70, 120)), coordinator),
+               *archive_coordinator.flush_open_files(spark, coordinator)]
     monkeypatch.undo()
 
     assert collected == [["topic", "partition", "files", "skipped", "state", "pid", "host"]] * 3
@@ -736,7 +761,7 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
 
 @pytest.mark.slow
 def test_kill_9_mid_file_restart_and_new_topic_on_s3(
-        tmp_path: Path, kafka_bootstrap: str, s3_endpoint: str, s3_service: svc.RunningService,
+        tmp_path: Path, kafka_bootstrap: str, s3_endpoint: str, s3_service: RunningService,
         unique_name: str, connectors: list[Connector], request: pytest.FixtureRequest,
         caplog: pytest.LogCaptureFixture) -> None:
     """The real connector in a subprocess, S3 target, pattern subscription.
@@ -755,9 +780,9 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
                                       for i, v in enumerate(_values(p, 0, 360))])
     aws = {k: v for k, v in s3_service.env.items() if k != "AWS_ENDPOINT_URL_S3"}
     bucket = unique_name
-    with svc.environment(aws):
+    with environment(aws):
         boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
-    store = ostore.S3Store(bucket, endpoint=s3_endpoint, path_style=True, region="us-east-1")
+    store = S3Store(bucket, endpoint=s3_endpoint, path_style=True, region="us-east-1")
     buffer = tmp_path / "buffer"
     buffer.mkdir()
     connector = Connector(tmp_path, kafka_bootstrap, {
@@ -770,7 +795,7 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
     connectors.append(connector)
     staged = buffer / "archive-e2e"
 
-    with svc.environment(aws):
+    with environment(aws):
         # Run 1, continuous: kill -9 once 3 files per partition are committed and the driver
         # reports the 4th open with the last 60 records of each partition (continuous mode keeps
         # tails open for offset.flush.interval.ms, an hour here, so this state is stable).
@@ -821,10 +846,10 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
         # _archived_records); the CLI helper seeks by offset with a range request.
         gz = store.read(f"kafka/2016-02-24/{first}-00001-000000000100.gz")
         text = subprocess.run(["gzip", "-dc"], input=gz, capture_output=True, check=True).stdout
-        assert text == b"".join(bg.encode_value(v) + b"\n" for v in _values(1, 100, 100))
+        assert text == b"".join(encode_value(v) + b"\n" for v in _values(1, 100, 100))
         url = f"s3://{bucket}/kafka/2016-02-24/{first}-00001-000000000100.gz"
-        with svc.environment({"AWS_ENDPOINT_URL_S3": s3_endpoint}):
-            assert arch.read_archive_records(url, 156, 3) == list(zip(range(156, 159), _values(1, 156, 3),
+        with environment({"AWS_ENDPOINT_URL_S3": s3_endpoint}):
+            assert archive_read.read_archive_records(url, 156, 3) == list(zip(range(156, 159), _values(1, 156, 3),
                                                                       strict=True))
     assert not list(staged.iterdir()), "run directories are removed (the killed run's on the next start)"
 
@@ -844,12 +869,12 @@ def test_continuous_run_writes_open_files_offset_flush_interval_after_they_opene
         "name": "archive-flush", "connector.class": "S3SinkConnector", "topics": topic, "s3.prefix": "systest",
         "output.path": str(out), "local.buffer.dir": str(buffer)}, flush_interval_ms=1500)
     connectors.append(connector)
-    store = ostore.LocalStore(out)
+    store = LocalStore(out)
 
     def archived_counts() -> dict[tuple[str, int], int]:
-        return {tp: sum(bg.parse_index(store.read(f.name.index_key))[-1].end_offset - f.name.first_offset
+        return {tp: sum(parse_index(store.read(f.name.index_key))[-1].end_offset - f.name.first_offset
                         for f in files if f.has_index)
-                for tp, files in ostore.list_archive_files(store, "systest").items()}
+                for tp, files in list_archive_files(store, "systest").items()}
 
     connector.start("continuous")
     _wait_for(lambda: archived_counts() == {(topic, 0): 30, (topic, 1): 30}, 240, connector, "30 records per partition")
@@ -875,7 +900,7 @@ def test_real_run_continues_a_store_the_original_wrote(tmp_path: Path, kafka_boo
     kafka = _topic_records(kafka_bootstrap, topic)
     out, buffer = tmp_path / "out", tmp_path / "buffer"
     buffer.mkdir()
-    store = ostore.LocalStore(out)
+    store = LocalStore(out)
     first = {p: [(o, v) for o, v in kafka[(topic, p)][:3] if v is not None] for p in range(2)}
     assert [o for o, _ in first[0]] == [o for o, _ in first[1]] == [0, 1, 2]
     # the original wrote p0 [0, 2) then [2, 3); p1 [0, 3)
@@ -907,7 +932,7 @@ def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_boots
         "output.path": str(out), "local.buffer.dir": str(buffer), "rotate.interval.ms": str(12 * 3_600_000),
     }
     _run_in_process(tmp_path, kafka_bootstrap, properties)
-    store = ostore.LocalStore(out)
+    store = LocalStore(out)
     files = sorted(o.key for o in store.list() if o.key.endswith(".gz"))
     assert files == sorted(f"{d}/{topic}-{p:05d}-{o:012d}.gz" for p in range(2)
                            for d, o in (("2016-02-24", 0), ("2016-02-24", 12), ("2016-02-25", 24)))
@@ -926,14 +951,15 @@ def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_boots
 
 
 def test_sample_config_is_valid() -> None:
-    from pubsub_connect import config as cfg
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.config.keys import ARCHIVE
 
     fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "config"
     run = cfg.load([fixtures / "archive-sink.properties"], fixtures / "worker.properties")
     connector = run.connectors[0]
-    assert connector.kind == cfg.ARCHIVE
-    store = ostore.open_store(connector)
-    assert isinstance(store, ostore.S3Store)
+    assert connector.kind == ARCHIVE
+    store = open_store(connector)
+    assert isinstance(store, S3Store)
     assert (store.bucket, store.region, store.path_style) == ("my-archive-bucket", "us-east-1", False)
     assert (connector.get("s3.prefix"), connector.get("compressed_block_size"), connector.get("chunks.per.file"),
             connector.get("rotate.interval.ms")) == ("kafka/", 67_108_864, 16, 3_600_000)

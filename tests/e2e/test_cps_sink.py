@@ -16,7 +16,7 @@ from e2e.harness import run_once, sink_config
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.pipelines.context import ConnectorError
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
 

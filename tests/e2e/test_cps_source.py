@@ -7,18 +7,22 @@ Messages are published with a plain client and read back from Kafka with a plain
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 from e2e.harness import run_once, source_config
 from integration.kafka_helpers import consume_all, create_topic
-from integration.pubsub_helpers import create_subscription, create_topic_and_subscription, publish
+from integration.pubsub_helpers import (
+    create_subscription,
+    create_topic_and_subscription,
+    publish,
+    pull_distinct,
+)
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.model.cps_source import java_bytes_hash, java_string_hash, partition_for_hash
+from pubsub_connect.model.cps_source.reference import java_bytes_hash, java_string_hash, partition_for_hash
 from pubsub_connect.pipelines import cps_source
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.pipelines.context import ConnectorError
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
 
@@ -82,7 +86,7 @@ def test_byte_array_converter_cannot_carry_a_struct(spark, kafka_bootstrap: str,
                                                     unique_name: str) -> None:
     _, subscription = create_topic_and_subscription(unique_name)
     connector = source_config(unique_name, subscription, unique_name)  # ByteArrayConverter, headers off
-    from pubsub_connect.config import ConfigError
+    from pubsub_connect.config.errors import ConfigError
 
     with pytest.raises(ConfigError, match="ByteArrayConverter"):
         run_once(spark, kafka_bootstrap, tmp_path, connector)
@@ -107,7 +111,7 @@ def test_partition_schemes(spark, kafka_bootstrap: str, tmp_path: Path, unique_n
     elif scheme == "hash_value":
         assert got == {k: partition_for_hash(java_bytes_hash(f"data-{k}".encode()), 3) for k in keys}
     else:  # the producer's murmur2 partitioner: same key, same partition, every time
-        from pubsub_connect.model.lite import murmur2
+        from pubsub_connect.model.lite.source import murmur2
 
         assert got == {k: (murmur2(k.encode()) & 0x7FFFFFFF) % 3 for k in keys}
 
@@ -133,7 +137,7 @@ def test_redelivery_after_crash_between_commit_and_ack(spark, kafka_bootstrap: s
     create_topic(kafka_bootstrap, unique_name)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=10)
     total = 40
-    publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None) for i in range(total)])
+    ids = publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None) for i in range(total)])
     connector = source_config(unique_name, subscription, unique_name, **{"kafka.record.headers": "true"})
 
     class Crash(RuntimeError):
@@ -146,9 +150,10 @@ def test_redelivery_after_crash_between_commit_and_ack(spark, kafka_bootstrap: s
         patch.setattr(cps_source.Puller, "_ack", crash_before_ack)
         with pytest.raises(ConnectorError, match="before the ack"):
             run_once(spark, kafka_bootstrap, tmp_path, connector)
-    # Pub/Sub redelivers the unacked messages once their lease runs out: wait for that, then run
-    # until the redelivered copies have landed in bronze.
-    time.sleep(cps_source.LEASE_S + 2)
+    # Pub/Sub redelivers the unacked messages once their lease runs out: wait until each has
+    # come back (handed straight back to the subscription), then run until the redelivered
+    # copies have landed in bronze.
+    pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_source.LEASE_S + 60, hand_back=True)
     ctx = None
     for _ in range(5):
         ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)

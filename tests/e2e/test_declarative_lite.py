@@ -11,7 +11,6 @@ has no round-robin counter).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +34,6 @@ SOURCE_MESSAGES = {
     0: [message(b"", b"keyless-0", {"b": [b"2"], "a": [b"1", b"x"]}, event_ms=50_001), message(b"fox", b"fox-0")],
     1: [message(b"dog", b"dog-1"), message(b"", b"keyless-1"), message(b"", b"keyless-2")],
 }
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,12 @@ from integration.pubsub_helpers import (
     publish,
     pull_all,
 )
-from pubsub_connect import config as cfg
-from pubsub_connect import explore
-from pubsub_connect.io.services import write_java_properties
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.explore import checkpoints, context, tables
+from pubsub_connect.io.services.kafka import write_java_properties
 from pubsub_connect.io.tables import DLQ, OUTBOX, TableRef
 from pubsub_connect.lakeflow.local import run_pipeline
-from pubsub_connect.pipelines.base import PipelineContext
+from pubsub_connect.pipelines.context import PipelineContext
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pubsub_emulator_host")]
 
@@ -58,7 +58,7 @@ def _sink_keys(name: str, kafka_topic: str, pubsub_topic: str, **extra: str) -> 
 
 
 def _hash_partition(key: str) -> int:
-    from pubsub_connect.model.cps_source import java_string_hash, partition_for_hash
+    from pubsub_connect.model.cps_source.reference import java_string_hash, partition_for_hash
 
     return partition_for_hash(java_string_hash(key), 3)
 
@@ -141,10 +141,10 @@ def test_cps_sink_pipeline_publishes_what_the_job_publishes(spark, kafka_bootstr
     assert_no_more_messages(pipe_subscription, wait=1.0)
     assert pipe.store.read(TableRef(OUTBOX, f"{unique_name}-pipe")).count() == 5
     # what the explore notebook shows for the pipeline's tables
-    ref = explore.connector_ref(str(tmp_path / f"{unique_name}-pipe.properties"))
-    store = explore.open_store(str(tmp_path / "storage"), spark=spark, shape="pipeline", connector=ref)
-    assert explore.table_counts(store, ref.name) == {"bronze": 6, "outbox": 5, "dlq": 1}
-    assert [s.stage for s in explore.connector_checkpoints(store, ref)] == ["publish"]
+    ref = context.connector_ref(str(tmp_path / f"{unique_name}-pipe.properties"))
+    store = context.open_store(str(tmp_path / "storage"), spark=spark, shape="pipeline", connector=ref)
+    assert tables.table_counts(store, ref.name) == {"bronze": 6, "outbox": 5, "dlq": 1}
+    assert [s.stage for s in checkpoints.connector_checkpoints(store, ref)] == ["publish"]
 
 
 def test_cps_source_pipeline_produces_what_the_job_produces(spark, kafka_bootstrap: str, tmp_path: Path,

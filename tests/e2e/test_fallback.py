@@ -29,12 +29,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pubsub_emulator_host")]
 FALLBACK = ENGINES["fallback"]
 
 
-@pytest.fixture(scope="module")
-def lite() -> LiteServer:
-    with LiteServer() as server:
-        yield server
-
-
 def test_cps_sink_on_the_fallback(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=2)
     produce(kafka_bootstrap, unique_name, [Rec(f"v{i}".encode(), key=f"k{i}".encode(), partition=i % 2,
@@ -99,9 +93,9 @@ def test_lite_source_on_the_fallback(lite: LiteServer, kafka_bootstrap: str, tmp
 
 def test_archive_on_the_fallback(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     from e2e.test_archive import KEEP, T0, _archived_records, _produce, _topic_records
-    from pubsub_connect import config as cfg
-    from pubsub_connect.io import objectstore as ostore
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.io.objectstore import local as ostore_local
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
     create_topic(kafka_bootstrap, unique_name, partitions=2, config=KEEP)
@@ -116,7 +110,7 @@ def test_archive_on_the_fallback(spark, kafka_bootstrap: str, tmp_path: Path, un
     ctx = build_context(worker, once=True, progress=lambda _line: None)
     assert not ctx.caps.native_kafka
     run_stages(ctx, connector, stages_for(connector.kind))
-    store = ostore.LocalStore(out)
+    store = ostore_local.LocalStore(out)
     assert sorted(o.key for o in store.list() if o.key.endswith(".gz")) == [
         f"2016-02-24/{unique_name}-{p:05d}-000000000000.gz" for p in range(2)]
     assert _archived_records(store, "") == _topic_records(kafka_bootstrap, unique_name)

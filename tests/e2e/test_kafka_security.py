@@ -22,8 +22,8 @@ from e2e.harness import ENGINES
 from e2e.test_archive import KEEP, T0, _archived_records, _produce, _topic_records
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, publish, pull_all
-from pubsub_connect.io import objectstore as ostore
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.objectstore.local import LocalStore
+from pubsub_connect.io.services.process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("pubsub_emulator_host")]
 
@@ -88,7 +88,7 @@ def test_sink_source_and_archive_log_in_with_sasl_ssl(engine: str, kafka_bootstr
     assert got == sorted(b"s%d" % i for i in range(12))
     assert_no_more_messages(sink_subscription, wait=1.0)
     assert sorted(r.value for r in consume_all(kafka_bootstrap, records_out)) == sorted(b"m%d" % i for i in range(9))
-    assert _archived_records(ostore.LocalStore(out), "") == _topic_records(kafka_bootstrap, records_in)
+    assert _archived_records(LocalStore(out), "") == _topic_records(kafka_bootstrap, records_in)
 
     password = kafka_sasl_ssl.password
     validate = cli("validate", "--worker", str(worker), str(sink), str(source), str(archive))
@@ -123,7 +123,7 @@ def test_a_wrong_password_stops_the_connector_with_one_line(engine: str, kafka_b
 def test_an_unreachable_broker_is_named_in_one_line_per_restart(tmp_path: Path, unique_name: str) -> None:
     """Nothing listens at the address: each restart of the ingest stage prints one line naming
     it, then the connector gives up after ``pipeline.restart.timeout.ms`` (the first 20 s here)."""
-    address = f"127.0.0.1:{svc.free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     worker = write_properties(tmp_path / "worker.properties", {
         "bootstrap.servers": address, "storage.root": str(tmp_path / "root"), "spark.master": "local[1]",
         "pipeline.restart.timeout.ms": "20000"})

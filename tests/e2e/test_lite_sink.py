@@ -20,7 +20,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,6 @@ TYPE_ATTR = "x-goog-pubsublite-source-kafka-event-time-type"
 # ----------------------------------------------------------------------------------------------
 # Shared helpers
 # ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 def lite_path(kind: str, name: str) -> str:

@@ -11,7 +11,6 @@ per-batch flow control, committed cursors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,9 @@ from e2e.test_lite_sink import (
 )
 from integration.kafka_helpers import consume_all, create_topic
 from lite_server import LiteServer
-from pubsub_connect.model.lite import kafka_partition_for_key
+from pubsub_connect.model.lite.source import kafka_partition_for_key
 
 PubSubMessage = common.PubSubMessage.pb()
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 def message(key: bytes, data: bytes, attributes: dict[str, list[bytes]] | None = None,

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from integration.kafka_helpers import Rec, create_topic, produce
-from pubsub_connect import explore, jobs
+from pubsub_connect import jobs
+from pubsub_connect.explore import checkpoints, context, history, output
 from pubsub_connect.io.tables import TableRef
 
 pytestmark = pytest.mark.slow
@@ -81,12 +82,12 @@ def test_explore_connector_shows_counts_offsets_lag_and_samples(
                                         "--samples", "2"], monkeypatch, capsys)
     root = deployed.root
     assert out.startswith(f"connector {deployed.name} (cps_sink), storage {root}\n")
-    assert explore.format_table([
+    assert output.format_table([
         {"table": "bronze", "rows": 5, "location": str(root / "bronze" / deployed.name)},
         {"table": "outbox", "rows": 4, "location": str(root / "outbox" / deployed.name)},
         {"table": "dlq", "rows": 1, "location": str(root / "dlq" / deployed.name)},
     ]) in out
-    assert explore.format_table([
+    assert output.format_table([
         {"stage": "ingest", "topic": deployed.topic, "partition": 0, "committed_offset": 3, "end_offset": 6, "lag": 3},
         {"stage": "ingest", "topic": deployed.topic, "partition": 1, "committed_offset": 2, "end_offset": 2, "lag": 0},
     ]) in out
@@ -102,17 +103,17 @@ def test_offsets_notebook_lists_each_stage_checkpoint(
         deployed: Deployed, spark, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = _run("offsets.py", [*_common_args(deployed), "--bootstrap_servers", deployed.bootstrap],
                monkeypatch, capsys)
-    store = explore.open_store(str(deployed.root))
-    ingest, convert = explore.connector_checkpoints(store, explore.connector_ref(str(deployed.connector_file)))
+    store = context.open_store(str(deployed.root))
+    ingest, convert = checkpoints.connector_checkpoints(store, context.connector_ref(str(deployed.connector_file)))
     assert (ingest.stage, convert.stage) == ("ingest", "convert")
     assert ingest.partition_offsets() == {(deployed.topic, 0): 3, (deployed.topic, 1): 2}
     assert (ingest.pending, convert.pending) == (None, None)
-    bronze_version = explore.delta_log_commits(store.path(TableRef("bronze", deployed.name)))[-1].version
+    bronze_version = history.delta_log_commits(store.path(TableRef("bronze", deployed.name)))[-1].version
     assert convert.committed[0].table_version == bronze_version
     assert out.splitlines()[0] == f"connector {deployed.name}: 2 checkpoint(s) under {deployed.root}"
     assert (f"ingest: last committed batch {ingest.last_committed}, pending batch - "
             f"({deployed.root / 'checkpoints' / deployed.name / 'ingest'})") in out
-    assert explore.format_table([
+    assert output.format_table([
         {"stage": "ingest", "topic": deployed.topic, "partition": 0, "committed_offset": 3, "end_offset": 6, "lag": 3},
         {"stage": "ingest", "topic": deployed.topic, "partition": 1, "committed_offset": 2, "end_offset": 2, "lag": 0},
     ]) in out
@@ -123,16 +124,16 @@ def test_offsets_notebook_lists_each_stage_checkpoint(
 def test_throughput_notebook_sums_rows_per_table_and_latency(
         deployed: Deployed, spark, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = _run("throughput.py", [*_common_args(deployed), "--bucket_seconds", "3600"], monkeypatch, capsys)
-    store = explore.open_store(str(deployed.root))
-    commits = {kind: [c for c in explore.table_commits(store, deployed.name, kind) if c.rows]
+    store = context.open_store(str(deployed.root))
+    commits = {kind: [c for c in history.table_commits(store, deployed.name, kind) if c.rows]
                for kind in ("bronze", "outbox", "dlq")}
     assert {kind: sum(c.rows or 0 for c in cs) for kind, cs in commits.items()} == {"bronze": 5, "outbox": 4, "dlq": 1}
     assert f"\nbronze: 5 rows in {len(commits['bronze'])} commits\n" in out
     assert f"\noutbox: 4 rows in {len(commits['outbox'])} commits\n" in out
     assert f"\ndlq: 1 rows in {len(commits['dlq'])} commits\n" in out
-    latency = explore.latency(store, deployed.name, 3600)
+    latency = history.latency(store, deployed.name, 3600)
     assert sum(p.records for p in latency) == 5
     assert all(0 <= p.p50_seconds <= p.max_seconds < 600 for p in latency)
-    assert out.rstrip().endswith(explore.format_table([
+    assert out.rstrip().endswith(output.format_table([
         {"bucket_start": p.start, "records": p.records, "p50_s": p.p50_seconds, "p95_s": p.p95_seconds,
          "max_s": p.max_seconds} for p in latency]))

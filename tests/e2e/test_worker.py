@@ -24,8 +24,8 @@ from google.api_core import exceptions as gexc
 
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, pull_distinct, subscriber
-from pubsub_connect.io.consumer_groups import ConsumerGroupOffsets
-from pubsub_connect.io.services import free_port
+from pubsub_connect.io.kafka.groups import ConsumerGroupOffsets
+from pubsub_connect.io.services.process import free_port
 from unit.test_connect_rest import call
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]

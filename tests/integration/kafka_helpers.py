@@ -1,6 +1,6 @@
 """Small Kafka helpers for integration tests: create topics, produce, read everything back.
 
-Deliberately independent of ``pubsub_connect.io.kafka_source`` so tests check the product
+Deliberately independent of ``pubsub_connect.io.kafka.reader`` so tests check the product
 against a plain client. ``consume_all`` and ``end_offsets`` read to the end-of-partition event
 (the high watermark of a fetch response), independent of ListOffsets(latest).
 """

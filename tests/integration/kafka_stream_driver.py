@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from pubsub_connect.io.kafka_source import read_kafka
+from pubsub_connect.io.kafka.reader import read_kafka
 from pubsub_connect.io.spark import Capabilities, build_session
 
 

@@ -171,12 +171,16 @@ def pull_all(subscription: str, expected_count: int, timeout: float = 30.0, *, a
 
 
 def pull_distinct(subscription: str, expected_ids: set[object], id_of: Callable[[Received], object],
-                  timeout: float = 60.0) -> list[Received]:
+                  timeout: float = 60.0, *, hand_back: bool = False) -> list[Received]:
     """Pull (and ack) until every id in ``expected_ids`` arrived at least once.
 
     Why not ``pull_all``: after a crash an at-least-once connector republishes, so a count of
     deliveries reaches the expected number while some ids are still on their way. Returns every
     delivery, duplicates included, so callers can report redeliveries.
+
+    With ``hand_back`` each delivery is handed straight back (a zero ack deadline) instead of
+    acked, so the code under test receives it next: how a test waits for messages a killed
+    process had leased to become deliverable again, instead of sleeping past the lease.
     """
     client = subscriber()
     path = subscription_path(subscription)
@@ -193,9 +197,11 @@ def pull_distinct(subscription: str, expected_ids: set[object], id_of: Callable[
                                    timeout=min(5.0, max(0.5, remaining)))
         except gexc.DeadlineExceeded:
             continue
-        if response.received_messages:
-            client.acknowledge(request={"subscription": path,
-                                        "ack_ids": [r.ack_id for r in response.received_messages]})
+        ack_ids = [r.ack_id for r in response.received_messages]
+        if ack_ids and hand_back:
+            client.modify_ack_deadline(request={"subscription": path, "ack_ids": ack_ids, "ack_deadline_seconds": 0})
+        elif ack_ids:
+            client.acknowledge(request={"subscription": path, "ack_ids": ack_ids})
         for message in response.received_messages:
             received = _received(message)
             got.append(received)

@@ -6,23 +6,16 @@ of a Cloud Pub/Sub source and of the archive really is."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from e2e.test_lite_sink import PROJECT, ZONE, client_env, lite_path
 from lite_server import LiteServer
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
 from pubsub_connect.connect import offsets as connect_offsets
 from pubsub_connect.io import checkpoints
 from unit.test_connect_rest import write_batch
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 def test_lite_source_offsets_read_and_moved(lite: LiteServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

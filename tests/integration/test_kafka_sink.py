@@ -17,16 +17,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from pubsub_connect.io.kafka_sink import KafkaWriteOptions
-from pubsub_connect.io.kafka_source import (
-    HEADERS_TYPE,
-    KafkaOptionsError,
-    read_kafka,
-    write_kafka,
-    write_kafka_stream,
-)
-from pubsub_connect.io.services import free_port
+from pubsub_connect.io.kafka.options import KafkaOptionsError
+from pubsub_connect.io.kafka.python_sink import KafkaWriteOptions
+from pubsub_connect.io.kafka.reader import read_kafka
+from pubsub_connect.io.kafka.writer import write_kafka, write_kafka_stream
+from pubsub_connect.io.services.process import free_port
 from pubsub_connect.io.spark import Capabilities
+from pubsub_connect.model.schemas import KAFKA_HEADERS
 
 PYTHON = Capabilities(native_kafka=False, native_delta=False)
 SINK_SCHEMA = StructType(
@@ -35,7 +32,7 @@ SINK_SCHEMA = StructType(
         StructField("key", BinaryType()),
         StructField("value", StringType()),  # the sink also takes strings, like Spark's
         StructField("partition", IntegerType()),
-        StructField("headers", HEADERS_TYPE),
+        StructField("headers", KAFKA_HEADERS),
     ]
 )
 

@@ -26,19 +26,13 @@ from confluent_kafka import Producer
 from kafka_helpers import Rec, create_topic, delete_topic, end_offsets, produce
 from kafka_stream_driver import BatchFiles, start_query
 
-from pubsub_connect.io.kafka_source import (
-    KAFKA_SCHEMA,
-    KAFKA_SCHEMA_NO_HEADERS,
-    KafkaOptionsError,
-    KafkaReadOptions,
-    OffsetReader,
-    client_config,
-    plan_partitions,
-    rate_limit,
-    read_kafka,
-    write_kafka,
-)
+from pubsub_connect.io.kafka.offsets import OffsetReader, plan_partitions, rate_limit
+from pubsub_connect.io.kafka.options import KafkaOptionsError, client_config
+from pubsub_connect.io.kafka.read_options import KAFKA_SCHEMA, KAFKA_SCHEMA_NO_HEADERS, KafkaReadOptions
+from pubsub_connect.io.kafka.reader import read_kafka
+from pubsub_connect.io.kafka.writer import write_kafka
 from pubsub_connect.io.spark import Capabilities, capabilities
+from waiting import wait_until
 
 PYTHON = Capabilities(native_kafka=False, native_delta=False)
 DRIVER = Path(__file__).with_name("kafka_stream_driver.py")
@@ -132,14 +126,15 @@ def stop_process_group(proc: subprocess.Popen[bytes], timeout_s: float = 30) -> 
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout_s)
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def group_gone() -> bool:
         try:
             os.killpg(proc.pid, 0)
         except ProcessLookupError:
-            return
-        assert time.monotonic() < deadline, f"processes of group {proc.pid} survived SIGKILL"
-        time.sleep(0.05)
+            return True
+        return False
+
+    wait_until(group_gone, timeout_s, f"the exit of every process of group {proc.pid} after SIGKILL")
 
 
 # --------------------------------------------------------------------------------------------
@@ -307,10 +302,13 @@ def test_end_offsets_follow_the_isolation_level(kafka_bootstrap: str, unique_nam
         producer.commit_transaction(30)
         # The coordinator writes the commit marker (an offset of its own) after the commit returns:
         # the last stable offset moves past it once it is written.
-        deadline = time.monotonic() + 30
         committed = readers["read_committed"]
-        while (ends := committed.end_offsets(tps))[(unique_name, 0)] == 6 and time.monotonic() < deadline:
-            time.sleep(0.05)
+
+        def past_the_marker() -> dict[tuple[str, int], int] | None:
+            ends = committed.end_offsets(tps)
+            return ends if ends[(unique_name, 0)] != 6 else None
+
+        ends = wait_until(past_the_marker, 30, "the last stable offset passing the commit marker")
         assert ends == {(unique_name, 0): 11, (unique_name, 1): 5}
     finally:
         for reader in readers.values():
@@ -662,11 +660,13 @@ def test_kill_minus_nine_mid_stream_then_restart(
         [*common, "--max-offsets", "300", "--trigger", "processing", "--pause-after-write", "3"], log_path
     )
     try:
-        deadline = time.monotonic() + 180
-        while len(list(out.glob("batch-*.parquet"))) < 2:
+        def two_batches_written() -> bool:
+            if len(list(out.glob("batch-*.parquet"))) >= 2:
+                return True
             assert proc.poll() is None, f"driver exited early: {log_path.read_text()[-2000:]}"
-            assert time.monotonic() < deadline, f"no progress: {log_path.read_text()[-2000:]}"
-            time.sleep(0.05)
+            return False
+
+        wait_until(two_batches_written, 180, lambda: f"two batch files (no progress: {log_path.read_text()[-2000:]})")
         os.killpg(proc.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers
     finally:
         stop_process_group(proc)

@@ -8,7 +8,7 @@ ids start at 0 again) is not mistaken for a replay.
 from __future__ import annotations
 
 from integration.kafka_helpers import consume_all, create_topic
-from pubsub_connect.io.kafka_txn import OutRecord, TransactionalBatchWriter
+from pubsub_connect.io.kafka.transactions import OutRecord, TransactionalBatchWriter
 
 
 def _records(start: int, count: int) -> list[OutRecord]:

@@ -1,4 +1,4 @@
-"""The Lite sink's publisher (``io.pubsublite.PartitionPublisher``) against the local Lite server.
+"""The Lite sink's publisher (``io.pubsublite.publisher.PartitionPublisher``) against the local Lite server.
 
 What the sink's guarantees rest on: every message given for a partition is appended in the
 order given, across batches cut by count (1000) and by bytes (3 MiB), with many batches in
@@ -9,22 +9,14 @@ in a child process (the client trusts the server's certificate only process-wide
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from google.cloud.pubsublite_v1.types import publisher
 
 from lite_server import LiteServer, run_python
-from pubsub_connect.io.pubsublite import batch_offsets
+from pubsub_connect.io.pubsublite.publisher import batch_offsets
 
 PROJECT = "test-project"
 ZONE = "us-central1-a"
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 def test_many_batches_in_flight_are_appended_in_the_order_given(lite: LiteServer) -> None:
@@ -34,7 +26,8 @@ def test_many_batches_in_flight_are_appended_in_the_order_given(lite: LiteServer
     stats = run_python(f"""
 import json, os
 from google.cloud.pubsublite_v1.types import PubSubMessage
-from pubsub_connect.io.pubsublite import LiteConnection, PartitionPublisher
+from pubsub_connect.io.pubsublite.connection import LiteConnection
+from pubsub_connect.io.pubsublite.publisher import PartitionPublisher
 
 conn = LiteConnection("{PROJECT}", "{ZONE}", os.environ["LITE_ENDPOINT"])
 with PartitionPublisher(conn, "{topic}") as pub:

@@ -49,7 +49,21 @@ def raw_transformer():
         lambda seq: PubsubMessage(data=seq._pb.SerializeToString(), ordering_key=seq._pb.message.key.decode())
     )
 
-def receive(sub_path, want, *, fixed=None, flow=1000, ack=lambda seq: True, settle=1.5, timeout=60):
+def committed_total(sub_path):
+    # The sum of the subscription's committed cursors, as the server reports them.
+    from google.cloud.pubsublite_v1 import CursorServiceClient
+    cursors = CursorServiceClient(transport="grpc", credentials=CRED, client_options=OPTS)
+    return sum(pc.cursor.offset for pc in cursors.list_partition_cursors(parent=str(sub_path)))
+
+def wait_until(condition, timeout):
+    # Poll ``condition`` until it holds or ``timeout`` passes; the caller's assertions then fail.
+    deadline = time.time() + timeout
+    while not condition() and time.time() < deadline:
+        time.sleep(0.05)
+
+def receive(sub_path, want, *, committed, fixed=None, flow=1000, ack=lambda seq: True, timeout=60):
+    # Receive ``want`` messages, then keep the subscriber open until the acknowledgements are
+    # committed cursors adding up to ``committed`` (cancelling earlier would drop pending commits).
     from google.cloud.pubsublite_v1.types import common
     got = []
     def callback(message):
@@ -61,10 +75,8 @@ def receive(sub_path, want, *, fixed=None, flow=1000, ack=lambda seq: True, sett
                           executor=concurrent.futures.ThreadPoolExecutor(1)) as client:
         future = client.subscribe(sub_path, callback, FlowControlSettings(flow, 10**7),
                                   fixed_partitions=fixed)
-        deadline = time.time() + timeout
-        while len(got) < want and time.time() < deadline:
-            time.sleep(0.05)
-        time.sleep(settle)  # let acknowledgements become committed cursors
+        wait_until(lambda: len(got) >= want, timeout)
+        wait_until(lambda: committed_total(sub_path) >= committed, timeout)
         future.cancel()
     return got
 
@@ -82,12 +94,6 @@ def describe(seq, partition=None):
 def paths(tag: str) -> tuple[str, str]:
     base = f"projects/{PROJECT}/locations/{ZONE}"
     return f"{base}/topics/{tag}", f"{base}/subscriptions/{tag}-sub"
-
-
-@pytest.fixture(scope="module")
-def lite() -> Iterator[LiteServer]:
-    with LiteServer() as server:
-        yield server
 
 
 @pytest.fixture
@@ -125,7 +131,7 @@ with PublisherClient(credentials=CRED, client_options=OPTS) as pub:
     futures = [pub.publish(topic, f"{{i}}".encode(), ordering_key=f"k{{i % 6}}", origin="test")
                for i in range(60)]
     ids = [f.result(timeout=30) for f in futures]
-got = receive(sub, 60)
+got = receive(sub, 60, committed=60)
 print(json.dumps({{"count": count, "listed": listed, "subs": subs, "ids": ids,
                   "got": [describe(s) for s in got]}}))
 """,
@@ -196,7 +202,8 @@ def test_commit_and_resume_from_committed_cursor(lite: LiteServer, tag: str) -> 
         lite,
         f"""
 sub = SubscriptionPath(PROJECT, ZONE, "{tag}-sub")
-got = receive(sub, 20, fixed={{Partition(0), Partition(1)}}, ack=lambda seq: seq.cursor.offset < 4, flow=20)
+got = receive(sub, 20, committed=8, fixed={{Partition(0), Partition(1)}},
+              ack=lambda seq: seq.cursor.offset < 4, flow=20)
 print(json.dumps([describe(s) for s in got]))
 """,
     )
@@ -221,7 +228,7 @@ print(json.dumps([describe(s) for s in got]))
         lite,
         f"""
 sub = SubscriptionPath(PROJECT, ZONE, "{tag}-sub")
-got = receive(sub, 12)
+got = receive(sub, 12, committed=20)
 print(json.dumps([describe(s) for s in got]))
 """,
     )
@@ -248,14 +255,9 @@ def callback(message):
     message.ack()
 with SubscriberClient(credentials=CRED, client_options=OPTS, executor=concurrent.futures.ThreadPoolExecutor(1)) as c:
     future = c.subscribe(sub, callback, FlowControlSettings(2, 10**6), fixed_partitions={{Partition(0)}})
-    deadline = time.time() + 20
-    while len(got) < 5 and time.time() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.5)
-    admin.seek_subscription(sub, BacklogLocation.BEGINNING).result(timeout=10)
-    while len(got) < 10 and time.time() < deadline + 20:
-        time.sleep(0.05)
-    time.sleep(1)
+    wait_until(lambda: len(got) >= 5 and committed_total(sub) >= 5, 20)
+    admin.seek_subscription(sub, BacklogLocation.BEGINNING).result(timeout=10)  # cursor back to 0
+    wait_until(lambda: len(got) >= 10 and committed_total(sub) >= 5, 20)
     future.cancel()
 print(json.dumps(got))
 """,
@@ -451,14 +453,9 @@ def test_standalone_server_process(tmp_path: Path) -> None:
 def test_model_round_trip_through_the_server(lite: LiteServer, tag: str) -> None:
     """The sink example stored by the server and read back by the source mapping."""
     from pubsub_connect.model.connect import SchemaAndValue
-    from pubsub_connect.model.lite import (
-        BYTE_ARRAY_CONVERTER,
-        LiteReceived,
-        LiteSinkRecord,
-        LiteSourceConverters,
-        sink_message,
-        source_record,
-    )
+    from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER
+    from pubsub_connect.model.lite.sink import LiteSinkRecord, sink_message
+    from pubsub_connect.model.lite.source import LiteReceived, LiteSourceConverters, source_record
 
     topic, _ = paths(tag)
     lite.create_topic(topic, 1)

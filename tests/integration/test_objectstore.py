@@ -11,22 +11,27 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
 import pytest
 
-from pubsub_connect.config import validate_connector
-from pubsub_connect.io import objectstore as ostore
-from pubsub_connect.io import services as svc
+from pubsub_connect.config.loader import validate_connector
+from pubsub_connect.io.objectstore import s3 as ostore_s3
+from pubsub_connect.io.objectstore.archive_files import list_archive_files
+from pubsub_connect.io.objectstore.base import ObjectStore, ObjectStoreError
+from pubsub_connect.io.objectstore.local import LocalStore, VolumesStore
+from pubsub_connect.io.objectstore.locations import open_store, store_for_location
+from pubsub_connect.io.objectstore.s3 import S3Credentials
+from pubsub_connect.io.services.process import RunningService
+from waiting import wait_until
 
 MIB = 1024 * 1024
 
 
 @pytest.fixture
-def s3_env(s3_service: svc.RunningService, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def s3_env(s3_service: RunningService, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """Credentials for moto through the default AWS chain (environment variables)."""
     env = {k: v for k, v in s3_service.env.items() if k != "AWS_ENDPOINT_URL_S3"}
     for key, value in env.items():
@@ -43,20 +48,20 @@ def bucket(s3_endpoint: str, s3_env: dict[str, str], unique_name: str) -> str:
 
 
 @pytest.fixture
-def s3_store(bucket: str, s3_endpoint: str) -> ostore.S3Store:
-    return ostore.S3Store(bucket, endpoint=s3_endpoint, path_style=True, region="us-east-1",
+def s3_store(bucket: str, s3_endpoint: str) -> ostore_s3.S3Store:
+    return ostore_s3.S3Store(bucket, endpoint=s3_endpoint, path_style=True, region="us-east-1",
                           part_size=5 * MIB, multipart_threshold=5 * MIB)
 
 
 @pytest.fixture(params=["s3", "local"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ostore.ObjectStore]:
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ObjectStore]:
     if request.param == "s3":
         yield request.getfixturevalue("s3_store")
     else:
-        yield ostore.LocalStore(tmp_path / "out")
+        yield LocalStore(tmp_path / "out")
 
 
-def test_put_read_ranges_list_delete(store: ostore.ObjectStore, tmp_path: Path) -> None:
+def test_put_read_ranges_list_delete(store: ObjectStore, tmp_path: Path) -> None:
     store.check()
     store.put_bytes("a/2016-02-24/x.gz", b"0123456789")
     source = tmp_path / "src.bin"
@@ -81,11 +86,11 @@ def test_put_read_ranges_list_delete(store: ostore.ObjectStore, tmp_path: Path) 
     store.delete("b/z.gz")
     store.delete("b/z.gz")  # deleting twice is fine
     assert not store.exists("b/z.gz")
-    with pytest.raises(ostore.ObjectStoreError, match="does not exist"):
+    with pytest.raises(ObjectStoreError, match="does not exist"):
         store.read("b/z.gz")
 
 
-def test_s3_multipart_upload_is_whole(s3_store: ostore.S3Store, tmp_path: Path) -> None:
+def test_s3_multipart_upload_is_whole(s3_store: ostore_s3.S3Store, tmp_path: Path) -> None:
     data = os.urandom(12 * MIB + 123)
     source = tmp_path / "big.gz"
     source.write_bytes(data)
@@ -98,7 +103,7 @@ def test_s3_multipart_upload_is_whole(s3_store: ostore.S3Store, tmp_path: Path) 
     assert s3_store.incomplete_uploads() == []
 
 
-def test_s3_failed_multipart_upload_leaves_nothing(s3_store: ostore.S3Store, tmp_path: Path,
+def test_s3_failed_multipart_upload_leaves_nothing(s3_store: ostore_s3.S3Store, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     source = tmp_path / "big.gz"
     source.write_bytes(os.urandom(11 * MIB))
@@ -120,7 +125,7 @@ def test_s3_failed_multipart_upload_leaves_nothing(s3_store: ostore.S3Store, tmp
     assert s3_store.incomplete_uploads() == []  # aborted, no parts left behind
 
 
-def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore.S3Store, s3_endpoint: str, tmp_path: Path,
+def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore_s3.S3Store, s3_endpoint: str, tmp_path: Path,
                                                s3_env: dict[str, str]) -> None:
     """kill -9 between parts: the object never appears; the incomplete upload is listed and can be
     aborted (in production a bucket lifecycle rule does that)."""
@@ -130,7 +135,7 @@ def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore.S3Store, s3_endp
     script = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from pubsub_connect.io.objectstore import S3Store
+        from pubsub_connect.io.objectstore.s3 import S3Store
         store = S3Store({s3_store.bucket!r}, endpoint={s3_endpoint!r}, path_style=True, region="us-east-1",
                         part_size=5 * 1024 * 1024, multipart_threshold=5 * 1024 * 1024)
         real = store.client.upload_part
@@ -145,11 +150,13 @@ def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore.S3Store, s3_endp
     proc = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, **s3_env},
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while not marker.exists():
+        def first_part_uploaded() -> bool:
+            if marker.exists():
+                return True
             assert proc.poll() is None, "uploader exited early"
-            assert time.monotonic() < deadline, "first part was not uploaded in time"
-            time.sleep(0.05)
+            return False
+
+        wait_until(first_part_uploaded, 60, "the upload of the first part")
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -164,7 +171,7 @@ def test_s3_upload_killed_mid_way_is_invisible(s3_store: ostore.S3Store, s3_endp
     assert s3_store.incomplete_uploads("big/") == []
 
 
-def _elsewhere(store: ostore.ObjectStore, key: str) -> subprocess.CompletedProcess[bytes]:
+def _elsewhere(store: ObjectStore, key: str) -> subprocess.CompletedProcess[bytes]:
     """Unpickle ``store`` in a process that has no AWS settings at all (like an executor on another
     machine), write ``key`` and read it back."""
     script = textwrap.dedent(f"""
@@ -186,12 +193,12 @@ def test_portable_s3_store_works_where_the_environment_has_nothing(
     credentials, region and endpoint resolved here (never showing the secret), and pickles without
     its client."""
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", s3_endpoint)
-    store = ostore.S3Store(bucket, path_style=True)  # endpoint and region from the environment
+    store = ostore_s3.S3Store(bucket, path_style=True)  # endpoint and region from the environment
     store.check()  # a client exists now: pickling must leave it behind
     portable = store.portable()
     assert (portable.endpoint, portable.region) == (s3_endpoint, s3_env["AWS_DEFAULT_REGION"])
-    assert portable.credentials == ostore.S3Credentials(s3_env["AWS_ACCESS_KEY_ID"], s3_env["AWS_SECRET_ACCESS_KEY"])
-    shown = repr(ostore.S3Store(bucket, credentials=ostore.S3Credentials("AKIDEXAMPLE", "s3cr3t", "t0ken")))
+    assert portable.credentials == S3Credentials(s3_env["AWS_ACCESS_KEY_ID"], s3_env["AWS_SECRET_ACCESS_KEY"])
+    shown = repr(ostore_s3.S3Store(bucket, credentials=S3Credentials("AKIDEXAMPLE", "s3cr3t", "t0ken")))
     assert "AKIDEXAMPLE" in shown and "s3cr3t" not in shown and "t0ken" not in shown
     done = _elsewhere(portable, "travel/portable.gz")
     assert done.returncode == 0 and done.stdout == b"from elsewhere", done.stderr.decode()[-2000:]
@@ -202,14 +209,14 @@ def test_portable_s3_store_works_where_the_environment_has_nothing(
 
 
 def test_s3_missing_bucket_is_one_line(s3_endpoint: str, s3_env: dict[str, str]) -> None:
-    store = ostore.S3Store("no-such-bucket-here", endpoint=s3_endpoint, path_style=True, region="us-east-1")
-    with pytest.raises(ostore.ObjectStoreError) as info:
+    store = ostore_s3.S3Store("no-such-bucket-here", endpoint=s3_endpoint, path_style=True, region="us-east-1")
+    with pytest.raises(ObjectStoreError) as info:
         store.check()
     assert str(info.value) == f"s3.bucket='no-such-bucket-here' does not exist at {s3_endpoint}"
 
 
 def test_local_writes_go_through_a_hidden_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     seen: list[tuple[str, str]] = []
     real_replace = os.replace
 
@@ -226,7 +233,7 @@ def test_local_writes_go_through_a_hidden_temp_file(tmp_path: Path, monkeypatch:
 
 
 def test_local_leftovers_of_dead_writers_are_hidden_and_cleaned(tmp_path: Path) -> None:
-    store = ostore.LocalStore(tmp_path / "out")
+    store = LocalStore(tmp_path / "out")
     store.put_bytes("k/a.gz", b"a")
     tmp = tmp_path / "out" / ".tmp"
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -247,7 +254,7 @@ def test_local_leftovers_of_dead_writers_are_hidden_and_cleaned(tmp_path: Path) 
 
 def test_volumes_store_falls_back_when_rename_is_unsupported(tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    store = ostore.VolumesStore(tmp_path / "vol")
+    store = VolumesStore(tmp_path / "vol")
 
     def no_rename(src: str | Path, dst: str | Path) -> None:
         raise OSError(errno.ENOSYS, "Function not implemented")
@@ -263,8 +270,8 @@ def test_volumes_store_falls_back_when_rename_is_unsupported(tmp_path: Path,
     assert store.read("t/2016-02-24/t-00000-000000000000.gz") == b"x" * 3_000_000
     assert list((tmp_path / "vol" / ".tmp").iterdir()) == []
     # a plain local store does not hide such errors
-    with pytest.raises(ostore.ObjectStoreError, match="Invalid argument"):
-        ostore.LocalStore(tmp_path / "loc").put_bytes("a.gz", b"a")
+    with pytest.raises(ObjectStoreError, match="Invalid argument"):
+        LocalStore(tmp_path / "loc").put_bytes("a.gz", b"a")
 
 
 def _archive_config(**keys: str) -> dict[str, str]:
@@ -273,31 +280,31 @@ def _archive_config(**keys: str) -> dict[str, str]:
 
 
 def test_open_store_picks_the_target() -> None:
-    s3 = ostore.open_store(validate_connector(_archive_config(**{
+    s3 = open_store(validate_connector(_archive_config(**{
         "s3.bucket": "b", "s3.endpoint": "http://127.0.0.1:9", "s3.path_style": "true",
         "s3.region": "eu-west-1"})))
-    assert isinstance(s3, ostore.S3Store)
+    assert isinstance(s3, ostore_s3.S3Store)
     assert (s3.bucket, s3.endpoint, s3.path_style, s3.region) == (
         "b", "http://127.0.0.1:9", True, "eu-west-1")
-    volumes = ostore.open_store(validate_connector(_archive_config(**{"output.path": "/Volumes/c/s/v/arch"})))
-    assert type(volumes) is ostore.VolumesStore and volumes.url() == "/Volumes/c/s/v/arch"
-    local = ostore.open_store(validate_connector(_archive_config(**{"output.path": "/data/arch"})))
-    assert type(local) is ostore.LocalStore
+    volumes = open_store(validate_connector(_archive_config(**{"output.path": "/Volumes/c/s/v/arch"})))
+    assert type(volumes) is VolumesStore and volumes.url() == "/Volumes/c/s/v/arch"
+    local = open_store(validate_connector(_archive_config(**{"output.path": "/data/arch"})))
+    assert type(local) is LocalStore
 
 
 def test_store_for_location() -> None:
-    store, key = ostore.store_for_location("s3://bkt/p/2016-02-24/t-00000-000000000000.gz",
+    store, key = store_for_location("s3://bkt/p/2016-02-24/t-00000-000000000000.gz",
                                            endpoint="http://127.0.0.1:9")
-    assert isinstance(store, ostore.S3Store) and store.bucket == "bkt" and store.path_style
+    assert isinstance(store, ostore_s3.S3Store) and store.bucket == "bkt" and store.path_style
     assert key == "p/2016-02-24/t-00000-000000000000.gz"
-    store, key = ostore.store_for_location("/Volumes/c/s/v/2016-02-24/t-00000-000000000000.gz")
-    assert type(store) is ostore.VolumesStore and store.url() == "/Volumes/c/s/v/2016-02-24"
+    store, key = store_for_location("/Volumes/c/s/v/2016-02-24/t-00000-000000000000.gz")
+    assert type(store) is VolumesStore and store.url() == "/Volumes/c/s/v/2016-02-24"
     assert key == "t-00000-000000000000.gz"
-    with pytest.raises(ostore.ObjectStoreError, match="expected s3://BUCKET/KEY"):
-        ostore.store_for_location("s3://bucket-only")
+    with pytest.raises(ObjectStoreError, match="expected s3://BUCKET/KEY"):
+        store_for_location("s3://bucket-only")
 
 
-def test_list_archive_files_groups_by_partition(store: ostore.ObjectStore) -> None:
+def test_list_archive_files_groups_by_partition(store: ObjectStore) -> None:
     keys = [
         "arch/2016-02-24/my-topic-00000-000000000000.gz",
         "arch/2016-02-24/my-topic-00000-000000000000.index.json",
@@ -310,7 +317,7 @@ def test_list_archive_files_groups_by_partition(store: ostore.ObjectStore) -> No
     ]
     for key in keys:
         store.put_bytes(key, b"12345")
-    grouped = ostore.list_archive_files(store, "arch/")
+    grouped = list_archive_files(store, "arch/")
     assert {tp: [(f.name.first_offset, f.name.date, f.has_index, f.size) for f in files]
             for tp, files in grouped.items()} == {
         ("my-topic", 0): [(0, "2016-02-24", True, 5), (100, "2016-02-25", True, 5)],

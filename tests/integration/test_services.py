@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -13,7 +14,10 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from conftest import SecureKafka
 from pubsub_connect.cli import main
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.services import kafka as svc_kafka
+from pubsub_connect.io.services import pubsub_emulator as svc_pubsub_emulator
+from pubsub_connect.io.services.lifecycle import STARTERS, LocalServices, read_services
+from pubsub_connect.io.services.process import RunningService, ServiceError, stop_pid
 
 
 def _alive(pid: int) -> bool:
@@ -29,7 +33,7 @@ def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[s
     try:
         assert main(["services", "up", "--storage-root", root]) == 0
         out = capsys.readouterr().out
-        running = svc.read_services(tmp_path)
+        running = read_services(tmp_path)
         assert sorted(running) == ["kafka", "pubsub", "s3"]
         assert f"bootstrap.servers={running['kafka'].endpoint}" in out
         assert f"PUBSUB_EMULATOR_HOST={running['pubsub'].endpoint}" in out
@@ -41,52 +45,52 @@ def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert {Path(s.directory).name for s in running.values()} == {"kafka", "pubsub", "s3"}
         # a second `up` reuses what runs
         assert main(["services", "up", "--storage-root", root]) == 0
-        assert {k: v.pid for k, v in svc.read_services(tmp_path).items()} == {k: v.pid for k, v in running.items()}
+        assert {k: v.pid for k, v in read_services(tmp_path).items()} == {k: v.pid for k, v in running.items()}
     finally:
         assert main(["services", "down", "--storage-root", root]) == 0
     assert "stopped: kafka, pubsub, s3" in capsys.readouterr().out
     assert not any(_alive(s.pid) for s in running.values())
-    assert svc.read_services(tmp_path) == {}
+    assert read_services(tmp_path) == {}
 
 
 def test_failed_start_stops_what_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started: list[int] = []
-    real_start_kafka = svc.start_kafka
+    real_start_kafka = svc_kafka.start_kafka
 
-    def start_kafka(workdir: Path) -> svc.RunningService:
+    def start_kafka(workdir: Path) -> RunningService:
         service = real_start_kafka(workdir)
         started.append(service.pid)
         return service
 
-    monkeypatch.setitem(svc.STARTERS, "kafka", start_kafka)
+    monkeypatch.setitem(STARTERS, "kafka", start_kafka)
     monkeypatch.setenv("PUBSUB_EMULATOR_LAUNCHER", "/nonexistent/emulator")
-    monkeypatch.setattr(svc, "pubsub_emulator_command",
-                        lambda: (_ for _ in ()).throw(svc.ServiceError("Google's Pub/Sub emulator is not installed")))
-    with pytest.raises(svc.ServiceError, match="emulator is not installed"):
-        svc.LocalServices(tmp_path, ("kafka", "pubsub")).start()
+    monkeypatch.setattr(svc_pubsub_emulator, "pubsub_emulator_command",
+                        lambda: (_ for _ in ()).throw(ServiceError("Google's Pub/Sub emulator is not installed")))
+    with pytest.raises(ServiceError, match="emulator is not installed"):
+        LocalServices(tmp_path, ("kafka", "pubsub")).start()
     assert started and not _alive(started[0])
 
 
 def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(svc.shutil, "which", lambda name: None)
-    with pytest.raises(svc.ServiceError, match="Java is not installed"):
-        svc.pubsub_emulator_command()
-    with pytest.raises(svc.ServiceError, match=r"^Java is not installed: the local Kafka broker needs Java 17\+"):
-        svc.start_kafka(tmp_path / "kafka")
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(ServiceError, match="Java is not installed"):
+        svc_pubsub_emulator.pubsub_emulator_command()
+    with pytest.raises(ServiceError, match=r"^Java is not installed: the local Kafka broker needs Java 17\+"):
+        svc_kafka.start_kafka(tmp_path / "kafka")
 
 
 def test_java_home_is_honoured_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nowhere"))
-    with pytest.raises(svc.ServiceError, match=r"JAVA_HOME=.*nowhere has no bin/java"):
-        svc.start_kafka(tmp_path / "kafka")
+    with pytest.raises(ServiceError, match=r"JAVA_HOME=.*nowhere has no bin/java"):
+        svc_kafka.start_kafka(tmp_path / "kafka")
     old_java = tmp_path / "jdk11" / "bin" / "java"
     old_java.parent.mkdir(parents=True)
     old_java.write_text('#!/bin/sh\necho \'openjdk version "11.0.22" 2024-01-16\' >&2\n')
     old_java.chmod(0o755)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk11"))
-    with pytest.raises(svc.ServiceError, match=r"needs Java 17\+, but .*jdk11/bin/java is Java 11"):
-        svc.start_kafka(tmp_path / "kafka")
+    with pytest.raises(ServiceError, match=r"needs Java 17\+, but .*jdk11/bin/java is Java 11"):
+        svc_kafka.start_kafka(tmp_path / "kafka")
 
 
 def test_a_broker_that_cannot_start_is_one_line_and_leaves_nothing_running(tmp_path: Path) -> None:
@@ -94,8 +98,8 @@ def test_a_broker_that_cannot_start_is_one_line_and_leaves_nothing_running(tmp_p
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        with pytest.raises(svc.ServiceError) as failure:
-            svc.start_kafka(tmp_path / "kafka", port=port)
+        with pytest.raises(ServiceError) as failure:
+            svc_kafka.start_kafka(tmp_path / "kafka", port=port)
     message = str(failure.value)
     assert "\n" not in message
     assert message.startswith("Kafka broker exited with code "), message
@@ -173,7 +177,7 @@ def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path)
     # 50 plain records, 20 aborted + abort marker, 10 committed + commit marker
     end = len(plain) + len(aborted) + 1 + len(committed) + 1
 
-    service = svc.start_kafka(directory)
+    service = svc_kafka.start_kafka(directory)
     try:
         bootstrap = service.endpoint
         assert Path(service.directory) == directory.resolve()
@@ -195,17 +199,17 @@ def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path)
         assert _read_to_end(bootstrap, topic, end, "read_uncommitted") == plain + aborted + committed
         cluster = (directory / "data" / "meta.properties").read_text()
     finally:
-        svc.stop_pid(service.pid)
+        stop_pid(service.pid)
     assert not _alive(service.pid)
 
-    restarted = svc.start_kafka(directory, port=service.port)
+    restarted = svc_kafka.start_kafka(directory, port=service.port)
     try:
         assert restarted.endpoint == service.endpoint and restarted.pid != service.pid
         assert (directory / "data" / "meta.properties").read_text() == cluster  # not formatted again
         assert _latest_offsets(restarted.endpoint, topic) == (0, end)
         assert _read_to_end(restarted.endpoint, topic, end, "read_committed") == plain + committed
     finally:
-        svc.stop_pid(restarted.pid)
+        stop_pid(restarted.pid)
     assert not _alive(restarted.pid)
 
 
@@ -214,7 +218,8 @@ def test_the_sasl_ssl_listener_takes_a_connect_users_keys_and_refuses_a_wrong_pa
     """SCRAM-SHA-512 over TLS, the broker's certificate verified against the test CA: the keys of
     a Connect file, translated for librdkafka, produce and read back; a wrong password is a
     one-line login error naming the listener."""
-    from pubsub_connect.io.librdkafka import KafkaLoginError, check_brokers, librdkafka_settings
+    from pubsub_connect.io.kafka.admin import KafkaLoginError, check_brokers
+    from pubsub_connect.io.kafka.options import librdkafka_settings
 
     settings = librdkafka_settings({"bootstrap.servers": kafka_sasl_ssl.bootstrap,
                                     **kafka_sasl_ssl.java_client_settings()})

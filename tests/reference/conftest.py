@@ -8,7 +8,6 @@ timings are shown in the terminal summary.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,16 +18,14 @@ from integration.pubsub_helpers import PROJECT
 from lite_server import LiteServer
 from reference.connect import ConnectStandalone, resolve_reference_jars
 from reference.fronts import FRONT_DNS_NAMES, FRONT_IP_ADDRESSES, GoogleApiFronts, write_fake_service_account
+from timings import timed, write_timings
 
 #: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
 TIMINGS: dict[str, float] = {}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if TIMINGS:
-        terminalreporter.write_sep("-", "reference connector (Google's, in Kafka Connect)")
-        for what, seconds in TIMINGS.items():
-            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+    write_timings(terminalreporter, "reference connector (Google's, in Kafka Connect)", TIMINGS)
 
 
 @pytest.fixture(scope="session")
@@ -52,19 +49,16 @@ def google_connect(kafka_bootstrap: str, google_api_fronts: GoogleApiFronts,
     directory = services_dir / "google-connect"
     credentials = write_fake_service_account(directory / "service-account.json", google_api_fronts.token_uri,
                                              PROJECT)
-    resolving = time.monotonic()
-    resolve_reference_jars()
-    TIMINGS["jars (Connect runtime + Google connector) from the cache or Maven Central"] = (
-        time.monotonic() - resolving)
+    with timed(TIMINGS, "jars (Connect runtime + Google connector) from the cache or Maven Central"):
+        resolve_reference_jars()
     worker = ConnectStandalone(directory, kafka_bootstrap, google_api_fronts, credentials)
     worker.start()
     TIMINGS["Connect start (JVM start to REST API answering)"] = worker.started_in_s
     try:
         yield worker
     finally:
-        stopping = time.monotonic()
-        worker.stop()
-        TIMINGS["Connect stop"] = time.monotonic() - stopping
+        with timed(TIMINGS, "Connect stop"):
+            worker.stop()
 
 
 @pytest.fixture(scope="session")

@@ -5,8 +5,8 @@ What runs: Apache Kafka Connect (``connect-runtime``, the Kafka release the conn
 on) as one standalone worker JVM, with the connector's shaded jar on its ``plugin.path``. Both
 come from Maven Central through :mod:`pubsub_connect.io.artifacts` (resolved on first use into
 the project's cache, offline afterwards); the worker is started with
-:class:`pubsub_connect.io.services.ManagedProcess` and stopped with
-:func:`~pubsub_connect.io.services.stop_pid`, like the test broker.
+:class:`pubsub_connect.io.services.process.ManagedProcess` and stopped with
+:func:`~pubsub_connect.io.services.process.stop_pid`, like the test broker.
 
 How it reaches the emulator: through :class:`reference.fronts.GoogleApiFronts` (TLS front, CONNECT
 proxy, token endpoint) and a fake service-account key. The worker is *always* started with the
@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from pubsub_connect.io import artifacts
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.services.kafka import kafka_java, write_java_properties
+from pubsub_connect.io.services.process import LOOPBACK, ManagedProcess, ServiceError, died, free_port, stop_pid
 from reference.fronts import GoogleApiFronts
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ def resolve_reference_jars() -> tuple[list[Path], Path]:
     try:
         return artifacts.resolve(CONNECT_RUNTIME), artifacts.fetch_jar(GOOGLE_CONNECTOR)
     except artifacts.ArtifactError as exc:
-        raise svc.ServiceError(f"cannot get the reference Kafka Connect and Google connector jars: {exc}") from None
+        raise ServiceError(f"cannot get the reference Kafka Connect and Google connector jars: {exc}") from None
 
 
 def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
@@ -105,7 +106,7 @@ def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
 
 def _write_log4j_config(directory: Path, log_path: Path) -> Path:
     """reload4j configuration: the worker logs to ``log_path``; its console keeps only the JVM's own output."""
-    return svc.write_java_properties(directory / "log4j.properties", {
+    return write_java_properties(directory / "log4j.properties", {
         "log4j.rootLogger": "INFO, file",
         "log4j.appender.file": "org.apache.log4j.RollingFileAppender",
         "log4j.appender.file.File": str(log_path),
@@ -132,8 +133,8 @@ def worker_properties(directory: Path, bootstrap: str, rest_port: int, plugin_pa
         "offset.flush.interval.ms": "1000",
         "plugin.path": str(plugin_path),
         "plugin.discovery": "service_load",
-        "listeners": f"http://{svc.LOOPBACK}:{rest_port}",
-        "rest.advertised.host.name": svc.LOOPBACK,
+        "listeners": f"http://{LOOPBACK}:{rest_port}",
+        "rest.advertised.host.name": LOOPBACK,
         "rest.advertised.port": str(rest_port),
     }
 
@@ -160,18 +161,18 @@ class ConnectStandalone:
 
     @property
     def rest_url(self) -> str:
-        return f"http://{svc.LOOPBACK}:{self.rest_port}"
+        return f"http://{LOOPBACK}:{self.rest_port}"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ConnectStandalone:
         """Start the worker; returns once its REST API answers (``GET /`` reports the version)."""
         if not (self.fronts.proxy_port and self.credentials_file.is_file()):
-            raise svc.ServiceError("the reference worker needs the running fronts and a credentials file")
+            raise ServiceError("the reference worker needs the running fronts and a credentials file")
         classpath, connector_jar = resolve_reference_jars()
-        java = svc.kafka_java()
+        java = kafka_java()
         self.directory.mkdir(parents=True, exist_ok=True)
         plugin_path = prepare_plugin_path(self.directory, connector_jar)
-        self.rest_port = svc.free_port()
-        worker = svc.write_java_properties(self.directory / "worker.properties",
+        self.rest_port = free_port()
+        worker = write_java_properties(self.directory / "worker.properties",
                                    worker_properties(self.directory, self.bootstrap, self.rest_port, plugin_path),
                                    "written by the reference-connector test harness")
         log4j = _write_log4j_config(self.directory, self.log_path)
@@ -182,7 +183,7 @@ class ConnectStandalone:
         # NO_GCE_CHECK: google-auth must not probe for a metadata server, whatever happens.
         env = {"GOOGLE_APPLICATION_CREDENTIALS": str(self.credentials_file), "NO_GCE_CHECK": "true"}
         started = time.monotonic()
-        self._proc = svc.ManagedProcess("kafka-connect-reference", argv, self.console_path, env).start()
+        self._proc = ManagedProcess("kafka-connect-reference", argv, self.console_path, env).start()
         self.pid = self._proc.pid
         try:
             self._wait_for_rest(timeout_s)
@@ -196,7 +197,7 @@ class ConnectStandalone:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         if self.pid:
-            svc.stop_pid(self.pid, timeout_s)
+            stop_pid(self.pid, timeout_s)
             self.pid = 0
 
     def __enter__(self) -> ConnectStandalone:
@@ -226,7 +227,7 @@ class ConnectStandalone:
 
     def _check_alive(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:
-            raise svc.died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
+            raise died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
 
     def _wait_for_rest(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -242,7 +243,7 @@ class ConnectStandalone:
                     return
                 last = f"HTTP {status}: {body}"
             time.sleep(0.1)
-        raise svc.ServiceError(f"the reference Kafka Connect REST API at {self.rest_url} did not answer within "
+        raise ServiceError(f"the reference Kafka Connect REST API at {self.rest_url} did not answer within "
                                f"{timeout_s:.0f} s: {last} (see {self.log_path})")
 
     def connector_config(self, name: str, connector_class: str, settings: Mapping[str, str]) -> dict[str, str]:
@@ -264,7 +265,7 @@ class ConnectStandalone:
         config = self.connector_config(name, connector_class, settings)
         status, body = self._request("POST", "/connectors", {"name": name, "config": config})
         if status not in (200, 201):
-            raise svc.ServiceError(f"cannot create reference connector {name}: HTTP {status}: {body}")
+            raise ServiceError(f"cannot create reference connector {name}: HTTP {status}: {body}")
 
     def status(self, name: str) -> dict[str, Any] | None:
         """The connector's status (``connector`` and ``tasks``, each with its ``state``), or None
@@ -288,7 +289,7 @@ class ConnectStandalone:
         """Raise when the connector or a task of it has failed: waiting for its output is then pointless."""
         reason = self.failure(name)
         if reason is not None:
-            raise svc.ServiceError(f"reference connector {name} failed: {reason} (see {self.log_path})")
+            raise ServiceError(f"reference connector {name} failed: {reason} (see {self.log_path})")
 
     def wait_running(self, name: str, timeout_s: float = CONNECTOR_TIMEOUT_S) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -301,7 +302,7 @@ class ConnectStandalone:
                 return body
             last = body
             time.sleep(0.1)
-        raise svc.ServiceError(f"reference connector {name} was not RUNNING within {timeout_s:.0f} s: {last}")
+        raise ServiceError(f"reference connector {name} was not RUNNING within {timeout_s:.0f} s: {last}")
 
     def wait_failed(self, name: str, timeout_s: float = CONNECTOR_TIMEOUT_S) -> str:
         """Wait until the connector or one of its tasks has failed; returns the trace's first line."""
@@ -311,12 +312,12 @@ class ConnectStandalone:
             if reason is not None:
                 return reason
             time.sleep(0.1)
-        raise svc.ServiceError(f"reference connector {name} did not fail within {timeout_s:.0f} s: {self.status(name)}")
+        raise ServiceError(f"reference connector {name} did not fail within {timeout_s:.0f} s: {self.status(name)}")
 
     def remove_connector(self, name: str) -> None:
         status, body = self._request("DELETE", f"/connectors/{name}", timeout_s=STOP_TIMEOUT_S)
         if status not in (200, 204, 404):
-            raise svc.ServiceError(f"cannot delete reference connector {name}: HTTP {status}: {body}")
+            raise ServiceError(f"cannot delete reference connector {name}: HTTP {status}: {body}")
 
     @contextlib.contextmanager
     def running(self, name: str, connector_class: str, settings: Mapping[str, str],

@@ -17,7 +17,7 @@ import pytest
 from e2e.harness import run_once, sink_config
 from integration.kafka_helpers import Rec, create_topic, end_offsets, produce
 from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, pull_distinct
-from pubsub_connect.io.consumer_groups import ConsumerGroupOffsets
+from pubsub_connect.io.kafka.groups import ConsumerGroupOffsets
 from reference.connect import SINK_CONNECTOR_CLASS, ConnectStandalone
 from reference.test_sink_conformance import _wait_committed
 

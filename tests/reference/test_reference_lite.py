@@ -41,6 +41,7 @@ from lite_server import LiteServer
 from reference.conftest import TIMINGS
 from reference.connect import LITE_SINK_CONNECTOR_CLASS, LITE_SOURCE_CONNECTOR_CLASS, ConnectStandalone
 from reference.fronts import lite_endpoint
+from waiting import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -185,12 +186,14 @@ def lite_corpus(count: int = 110) -> list[tuple[int, Any]]:
 
 def _wait(what: str, done: Callable[[], bool], check: Callable[[], None], timeout_s: float = 90) -> None:
     """Poll ``done`` (the reference writes asynchronously); ``check`` raises when the reference failed."""
-    deadline = time.monotonic() + timeout_s
-    while not done():
+
+    def finished() -> bool:
+        if done():
+            return True
         check()
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+        return False
+
+    wait_until(finished, timeout_s, what, interval_s=0.2)
 
 
 def _lite_messages(lite: LiteServer, topic: str, partitions: int = PARTITIONS) -> list[tuple[int, int, Any]]:

@@ -49,11 +49,12 @@ from e2e.harness import context, source_config
 from integration.kafka_helpers import Rec, consume_all, create_topic
 from integration.pubsub_helpers import PROJECT, create_subscription, publisher
 from integration.pubsub_helpers import create_topic as create_pubsub_topic
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.model.cps_source import java_bytes_hash, java_string_hash, partition_for_hash
+from pubsub_connect.model.cps_source.reference import java_bytes_hash, java_string_hash, partition_for_hash
 from pubsub_connect.pipelines import cps_source
-from pubsub_connect.pipelines.base import run_stages
+from pubsub_connect.pipelines.runner.supervisor import run_stages
 from pubsub_connect.pipelines.runtime import stages_for
 from reference.conftest import TIMINGS
 from reference.connect import SOURCE_CONNECTOR_CLASS, ConnectStandalone
@@ -355,7 +356,7 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
         for name, (settings, _) in REFUSED.items():
             connector = source_config(f"{unique_name}-{name}", subscriptions[name, "ours"],
                                       f"{unique_name}-{name}-ours", **settings)
-            with pytest.raises(cfg.ConfigError) as info:
+            with pytest.raises(ConfigError) as info:
                 cps_source.check_settings(connector)
             ours_refused[name] = str(info.value)
         ours_started = time.monotonic()

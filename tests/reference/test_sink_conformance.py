@@ -25,7 +25,7 @@ from confluent_kafka import Consumer, TopicPartition
 from e2e.harness import run_once, sink_config
 from integration.kafka_helpers import create_topic, end_offsets, produce
 from integration.pubsub_helpers import PROJECT, Received, create_topic_and_subscription, subscriber, subscription_path
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.services.process import ServiceError
 from pubsub_connect.io.tables import TableRef
 from reference.connect import SINK_CONNECTOR_CLASS, ConnectStandalone
 from reference.sink_corpus import FAILING, LARGE_PRODUCER, LARGE_TOPIC, SCENARIOS, Scenario
@@ -177,7 +177,7 @@ def test_sink_corpus_matches_google(google_connect: ConnectStandalone, spark, ka
         try:
             _wait_committed(kafka_bootstrap, f"connect-{name}", kafka_topic,
                             lambda n=name: google_connect.raise_if_failed(n))
-        except svc.ServiceError:
+        except ServiceError:
             unexplained.append((scenario.name, "Google's task failed", google_connect.failure(name)))
             continue
         finally:

@@ -8,7 +8,7 @@ fraction of a batch more (so the kill lands inside a batch, not on its boundary)
 the group. Connectors take turns deciding the moment; every kill hits every connector wherever
 it is. After the last cycle the caller drains with ``--once`` and checks the sequence ids.
 
-The seed is printed with every kill point, so a failure can be replayed exactly
+The random seed is printed with every kill point, so a failure can be replayed exactly
 (``KILL_SEED=<n> pytest …``).
 """
 
@@ -90,7 +90,10 @@ def run_kill_loop(run_args: Sequence[str], env: dict[str, str], log: Path,
                     handle.seek(offset)
                     output = handle.read().decode(errors="replace")
                 if len(progress.findall(output)) >= point.after_batches:
-                    time.sleep(point.extra_delay_s)
+                    time.sleep(point.extra_delay_s)  # the fault's timing: land inside a batch
+                    # A kill that finds the worker gone interrupts nothing: the checks after it
+                    # would pass without anything having been replayed.
+                    assert proc.poll() is None, f"worker exited ({proc.returncode}) before the kill in {point}"
                     break
                 if proc.poll() is not None:
                     raise AssertionError(f"worker exited early ({proc.returncode}) in {point}:\n{output[-3000:]}")

@@ -26,26 +26,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from google.api_core import exceptions as gexc
-from google.cloud import pubsub_v1
-from google.pubsub_v1.services.subscriber.transports import SubscriberGrpcTransport
 
 from e2e.harness import context, run_once, sink_config
 from integration.kafka_helpers import Rec, create_topic, produce
-from integration.pubsub_helpers import Received, assert_no_more_messages, create_topic_and_subscription
+from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
 from pubsub_connect.io.tables import TableRef
 from pubsub_connect.model.connect import DataError
-from pubsub_connect.model.cps_sink import CpsSinkMapper
-from pubsub_connect.pipelines.base import ConnectorError
+from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
+from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.cps_sink import sink_settings
 
 CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "bad_inputs"
@@ -257,33 +251,6 @@ def _dlq_rows(spark: Any, bootstrap: str, root: Path, name: str) -> dict[int, An
     return by_offset
 
 
-def _pull_all(subscription: str, expected_count: int, timeout: float) -> list[Received]:
-    """Like ``pubsub_helpers.pull_all``, on a channel without gRPC's 4 MB receive limit: the
-    corpus publishes a message of 9,996,000 bytes (the shared helper's client cannot receive it)."""
-    host = os.environ["PUBSUB_EMULATOR_HOST"]
-    channel = grpc.insecure_channel(host, options=[("grpc.max_receive_message_length", -1)])
-    client = pubsub_v1.SubscriberClient(transport=SubscriberGrpcTransport(channel=channel, host=host))
-    got: list[Received] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(got) < expected_count:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"pulled {len(got)} of {expected_count} message(s) within {timeout:.0f} s"
-            try:
-                response = client.pull(request={"subscription": subscription, "max_messages": 100},
-                                       timeout=min(5.0, max(0.5, remaining)))
-            except gexc.DeadlineExceeded:
-                continue
-            if response.received_messages:
-                client.acknowledge(request={"subscription": subscription,
-                                            "ack_ids": [r.ack_id for r in response.received_messages]})
-            got.extend(Received(r.message.data, dict(r.message.attributes), r.message.ordering_key,
-                                r.message.message_id) for r in response.received_messages)
-    finally:
-        channel.close()
-    return got
-
-
 def _count(spark: Any, bootstrap: str, root: Path, kind: str, name: str) -> int:
     return context(spark, bootstrap, root).store.count(TableRef(kind, name))
 
@@ -320,6 +287,7 @@ def test_corpus_end_to_end(spark: Any, kafka_bootstrap: str, tmp_path: Path, uni
              sink_config(unique_name, unique_name, unique_name, **keys, **{"errors.tolerance": "all"}))
 
     dead = {off: (label, rec, exp) for off, rec, exp, label in records if exp.outcome == "dlq"}
+    assert dead, "the corpus has no dead letter case: the checks below would pass on nothing"
     rows = _dlq_rows(spark, kafka_bootstrap, tmp_path, unique_name)
     assert sorted(rows) == sorted(dead), {o: dead.get(o, ("?",))[0] for o in set(rows) ^ set(dead)}
     for offset, (label, rec, exp) in dead.items():
@@ -331,7 +299,9 @@ def test_corpus_end_to_end(spark: Any, kafka_bootstrap: str, tmp_path: Path, uni
 
     wanted = [(label, exp) for _, _, exp, label in records if exp.outcome == "published"]
     expected = sorted(_fingerprint(exp.data or b"", exp.attributes) for _, exp in wanted)
-    pulled = _pull_all(subscription, len(wanted), timeout=120)
+    # batch_size 100: the corpus publishes a message of 9,996,000 bytes, so one pull answer of
+    # many such messages would be very large.
+    pulled = pull_all(subscription, len(wanted), timeout=120, batch_size=100)
     got = sorted(_fingerprint(m.data, m.attributes) for m in pulled)
     assert got == expected
     assert_no_more_messages(subscription, wait=1.0)

@@ -40,8 +40,8 @@ import pytest
 from e2e.harness import sink_config
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
-from pubsub_connect.config import MASK, ConfigError
-from pubsub_connect.io.pubsub import Connection
+from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.pipelines.pubsub_settings import cps_connection
 
 MARKER = "SECRET-MARKER-9f4c2e7a-do-not-print"
 #: Service-account shaped, so nothing rejects it before it has travelled; the key is not a key.
@@ -246,7 +246,7 @@ def test_google_auth_failure_does_not_echo_the_key(monkeypatch: pytest.MonkeyPat
     one-line error, and the whole traceback a ``--debug`` run would print, stay clean."""
     monkeypatch.delenv("PUBSUB_EMULATOR_HOST", raising=False)
     config = sink_config("auth", "t", "t", **{"cps.useEmulator": "false", "gcp.credentials.json": CREDENTIALS})
-    connection = Connection.from_connector(config)
+    connection = cps_connection(config)
     assert_no_leak("repr(Connection)", repr(connection))
     with pytest.raises(ConfigError) as err:
         connection.credentials()

@@ -28,7 +28,9 @@ import pytest
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import create_topic_and_subscription, pull_distinct
 from pubsub_connect.cli import EXIT_USER_ERROR
-from pubsub_connect.io import services as svc
+from pubsub_connect.io.services.kafka import start_kafka
+from pubsub_connect.io.services.process import RunningService, stop_pid
+from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from reliability.forwarder import Forwarder
 
 pytestmark = pytest.mark.slow
@@ -96,25 +98,25 @@ class Connector:
 
 
 @pytest.fixture
-def own_kafka(tmp_path: Path) -> Iterator[list[svc.RunningService]]:
+def own_kafka(tmp_path: Path) -> Iterator[list[RunningService]]:
     """A broker of this test's own (the session's shared one must stay up); the last item of the
     list is the one running, after restarts too."""
-    brokers = [svc.start_kafka(tmp_path / "kafka")]
+    brokers = [start_kafka(tmp_path / "kafka")]
     yield brokers
-    svc.stop_pid(brokers[-1].pid)
+    stop_pid(brokers[-1].pid)
 
 
-def restart_kafka(brokers: list[svc.RunningService], down_s: float) -> None:
+def restart_kafka(brokers: list[RunningService], down_s: float) -> None:
     """Stop the broker (SIGTERM, as an operator would), leave it down for ``down_s``, then start it
     again on its data directory and port: clients find the same address and every record."""
     previous = brokers[-1]
-    svc.stop_pid(previous.pid)
+    stop_pid(previous.pid)
     time.sleep(down_s)  # the outage the connector has to ride out, not a wait for anything
-    brokers.append(svc.start_kafka(Path(previous.directory), port=previous.port))
+    brokers.append(start_kafka(Path(previous.directory), port=previous.port))
 
 
 def test_kafka_broker_restart_mid_stream_recovers_without_loss(
-        own_kafka: list[svc.RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
+        own_kafka: list[RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
     bootstrap = own_kafka[-1].endpoint
     create_topic(bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=60)
@@ -150,12 +152,12 @@ def _count(coordinates: list[tuple[int, int]], partition: int) -> int:
 def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart_timeout(
         kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     forwarder = Forwarder()
-    emulators: list[svc.RunningService] = []
+    emulators: list[RunningService] = []
 
-    def start_emulator() -> svc.RunningService:
+    def start_emulator() -> RunningService:
         workdir = tmp_path / f"emulator-{len(emulators)}"
         workdir.mkdir()
-        emulators.append(svc.start_pubsub_emulator(workdir))
+        emulators.append(start_pubsub_emulator(workdir))
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", emulators[-1].endpoint)  # prepare it directly
         create_topic_and_subscription(unique_name, ack_deadline_seconds=60)
         monkeypatch.setenv("PUBSUB_EMULATOR_HOST", forwarder.address)  # tests read through the forwarder
@@ -186,7 +188,7 @@ def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart
         connector.assert_running()
 
         # gone for good: the connector stops on its own after pipeline.restart.timeout.ms
-        svc.stop_pid(emulators[-1].pid)
+        stop_pid(emulators[-1].pid)
         forwarder.route_to(None)
         produce(kafka_bootstrap, unique_name, records(range(400, 410)))
         connector.proc.wait(180)
@@ -194,7 +196,7 @@ def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart
         connector.kill()
         forwarder.close()
         for emulator in emulators:
-            svc.stop_pid(emulator.pid)
+            stop_pid(emulator.pid)
 
     assert {seq_of(m) for m in before + after} == set(range(400))
     assert connector.proc.returncode == EXIT_USER_ERROR

@@ -12,8 +12,21 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_connect.model import blockgzip as bg
-from pubsub_connect.pipelines.archive import ArchiveReadError, archive_read, read_archive_records
+from pubsub_connect.model.blockgzip.blocks import (
+    BlockGzipWriter,
+    BlockSizer,
+    BlockState,
+    read_block,
+    read_records,
+    text_lengths,
+    write_file,
+)
+from pubsub_connect.model.blockgzip.index import Chunk, find_chunk, parse_index, render_index
+from pubsub_connect.model.blockgzip.lines import BlockGzipError, decode_line, encode_value
+from pubsub_connect.model.blockgzip.names import ArchiveName, cursor_key, index_key, object_key, parse_object_key
+from pubsub_connect.model.blockgzip.rotation import FileCut, FilePlanner, OpenFile, RotationPolicy
+from pubsub_connect.pipelines.archive.read import archive_read, read_archive_records
+from pubsub_connect.pipelines.archive.settings import ArchiveReadError
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "archive" / "2016-02-24"
 FIXTURE_GZ = FIXTURE / "system-test-00000-000000000100.gz"
@@ -49,9 +62,9 @@ FIXTURE_TEXT = (
 needs_gzip = pytest.mark.skipif(shutil.which("gzip") is None, reason="the gzip command is not installed")
 
 
-def _write(records: list[tuple[int, bytes | None]], block_size: int) -> tuple[bytes, list[bg.Chunk]]:
+def _write(records: list[tuple[int, bytes | None]], block_size: int) -> tuple[bytes, list[Chunk]]:
     sink = io.BytesIO()
-    chunks = bg.write_file(records, sink, block_size)
+    chunks = write_file(records, sink, block_size)
     return sink.getvalue(), chunks
 
 
@@ -75,8 +88,8 @@ def _write(records: list[tuple[int, bytes | None]], block_size: int) -> tuple[by
     ],
 )
 def test_encode_value_exact_lines(value: bytes | None, line: bytes) -> None:
-    assert bg.encode_value(value) == line
-    assert bg.decode_line(line) == value
+    assert encode_value(value) == line
+    assert decode_line(line) == value
 
 
 def test_escaping_round_trips_random_binary_values() -> None:
@@ -87,15 +100,15 @@ def test_escaping_round_trips_random_binary_values() -> None:
     ]
     values += [None, b"", b"\\", b"\\n", b"\x1e\\"]
     for value in values:
-        line = bg.encode_value(value)
+        line = encode_value(value)
         assert b"\n" not in line and b"\r" not in line
-        assert bg.decode_line(line) == value
+        assert decode_line(line) == value
 
 
 @pytest.mark.parametrize("line", [b"\x1ebad \\t escape", b"\x1eends with \\"])
 def test_decode_rejects_malformed_escapes(line: bytes) -> None:
-    with pytest.raises(bg.BlockGzipError):
-        bg.decode_line(line)
+    with pytest.raises(BlockGzipError):
+        decode_line(line)
 
 
 # ------------------------------------------------------------------------------------------ blocks
@@ -150,16 +163,16 @@ def test_writer_makes_the_original_connectors_exact_bytes(values: list[bytes], b
     records = [(first + i, v) for i, v in enumerate(values)]
     data, chunks = _write(records, block_size)
     assert data.hex() == gz_hex
-    assert bg.render_index(chunks) == index
-    assert bg.parse_index(index) == chunks
+    assert render_index(chunks) == index
+    assert parse_index(index) == chunks
     # the bulk path and the record-at-a-time path agree; the sizer cuts the same blocks
-    writer = bg.BlockGzipWriter(io.BytesIO(), block_size)
+    writer = BlockGzipWriter(io.BytesIO(), block_size)
     assert writer.extend([o for o, _ in records], values) == len(values)
     assert writer.finish() == chunks
-    sizer = bg.BlockSizer(block_size)
+    sizer = BlockSizer(block_size)
     sizer.extend([o for o, _ in records], values)
     assert sizer.finish() == writer.state
-    assert bg.read_records(data) == values
+    assert read_records(data) == values
 
 
 def test_a_block_closes_before_the_record_that_would_take_it_past_the_size() -> None:
@@ -180,8 +193,8 @@ def test_a_block_closes_before_the_record_that_would_take_it_past_the_size() -> 
     assert chunks[-1].byte_end == len(data)
     # each range decompresses alone to its records
     for chunk, expected in zip(chunks, [records[0:3], records[3:6], records[6:7]], strict=True):
-        assert bg.read_block(data[chunk.byte_offset : chunk.byte_end]) == [v for _, v in expected]
-    assert bg.read_records(data) == [v for _, v in records]
+        assert read_block(data[chunk.byte_offset : chunk.byte_end]) == [v for _, v in expected]
+    assert read_records(data) == [v for _, v in records]
 
 
 def test_a_record_longer_than_a_block_is_alone_in_its_block_never_split() -> None:
@@ -192,17 +205,17 @@ def test_a_record_longer_than_a_block_is_alone_in_its_block_never_split() -> Non
     data, chunks = _write([(9, b"b" * 100), (10, b"c")], block_size=8)
     assert [(c.byte_length_uncompressed, c.num_records, c.byte_length, c.first_record_offset) for c in chunks] == [
         (0, 0, 20, 9), (101, 1, chunks[1].byte_length, 9), (2, 1, chunks[2].byte_length, 10)]
-    assert bg.read_block(data[:20]) == []
-    assert bg.find_chunk(chunks, 9) == 1
+    assert read_block(data[:20]) == []
+    assert find_chunk(chunks, 9) == 1
     # compressed_block_size=0 (the original accepts it): one record per block after the empty one
     _, zero = _write([(0, b"a"), (1, b""), (2, b"c")], block_size=0)
     assert [(c.byte_length_uncompressed, c.num_records) for c in zero] == [(0, 0), (2, 1), (1, 1), (2, 1)]
 
 
 def test_text_lengths_are_java_string_lengths() -> None:
-    assert bg.text_lengths("héllo😀\nabc\n\n".encode()) == [8, 4, 1]
+    assert text_lengths("héllo😀\nabc\n\n".encode()) == [8, 4, 1]
     # bytes that are not UTF-8 count as the U+FFFD characters a decoder makes of them
-    assert bg.text_lengths(b"\xff\xfe\n\xe2\x82\n") == [3, 2]
+    assert text_lengths(b"\xff\xfe\n\xe2\x82\n") == [3, 2]
 
 
 def test_offset_gap_closes_the_block_so_positions_map_to_offsets() -> None:
@@ -213,14 +226,14 @@ def test_offset_gap_closes_the_block_so_positions_map_to_offsets() -> None:
         (15, 2, 4),
         (20, 1, 2),
     ]
-    assert bg.find_chunk(chunks, 13) is None
-    assert bg.read_block(data[chunks[1].byte_offset : chunks[1].byte_end]) == [b"c", b"d"]
+    assert find_chunk(chunks, 13) is None
+    assert read_block(data[chunks[1].byte_offset : chunks[1].byte_end]) == [b"c", b"d"]
 
 
 def test_offsets_must_increase() -> None:
-    writer = bg.BlockGzipWriter(io.BytesIO(), 100)
+    writer = BlockGzipWriter(io.BytesIO(), 100)
     writer.append(5, b"x")
-    with pytest.raises(bg.BlockGzipError, match="offsets must increase"):
+    with pytest.raises(BlockGzipError, match="offsets must increase"):
         writer.append(5, b"y")
 
 
@@ -240,20 +253,20 @@ def test_large_blocks_are_fed_in_pieces_without_changing_the_output() -> None:
     assert len(chunks) == 2
     assert sum(c.num_records for c in chunks) == 3300
     assert sum(c.byte_length_uncompressed for c in chunks) == sum(len(v) + 1 for _, v in records)
-    assert bg.read_records(data) == [v for _, v in records]
+    assert read_records(data) == [v for _, v in records]
 
 
 # ------------------------------------------------------------------------------------------ index
 
 
 def test_index_json_has_the_seed_keys_in_the_seed_order() -> None:
-    chunks = [bg.Chunk(2890, 100, 275, 0, 0), bg.Chunk(3121, 123, 325, 275, 100)]
-    assert bg.render_index(chunks) == (
+    chunks = [Chunk(2890, 100, 275, 0, 0), Chunk(3121, 123, 325, 275, 100)]
+    assert render_index(chunks) == (
         b'{"chunks":[{"byte_length_uncompressed":2890,"num_records":100,"byte_length":275,'
         b'"byte_offset":0,"first_record_offset":0},{"byte_length_uncompressed":3121,"num_records":123,'
         b'"byte_length":325,"byte_offset":275,"first_record_offset":100}]}'
     )
-    assert bg.parse_index(bg.render_index(chunks)) == chunks
+    assert parse_index(render_index(chunks)) == chunks
 
 
 def test_parse_index_accepts_pretty_printed_json_and_rejects_holes() -> None:
@@ -261,17 +274,17 @@ def test_parse_index_accepts_pretty_printed_json_and_rejects_holes() -> None:
         '{\n  "chunks": [\n    {"first_record_offset": 7, "byte_offset": 0, "byte_length": 9,\n'
         '     "num_records": 2, "byte_length_uncompressed": 12}\n  ]\n}'
     )
-    assert bg.parse_index(pretty) == [bg.Chunk(12, 2, 9, 0, 7)]
-    hole = bg.render_index([bg.Chunk(10, 1, 5, 0, 0), bg.Chunk(10, 1, 5, 6, 1)])
-    with pytest.raises(bg.BlockGzipError, match="not contiguous at byte 5"):
-        bg.parse_index(hole)
-    with pytest.raises(bg.BlockGzipError, match="not a Block-GZIP index"):
-        bg.parse_index(b'{"blocks": []}')
+    assert parse_index(pretty) == [Chunk(12, 2, 9, 0, 7)]
+    hole = render_index([Chunk(10, 1, 5, 0, 0), Chunk(10, 1, 5, 6, 1)])
+    with pytest.raises(BlockGzipError, match="not contiguous at byte 5"):
+        parse_index(hole)
+    with pytest.raises(BlockGzipError, match="not a Block-GZIP index"):
+        parse_index(b'{"blocks": []}')
 
 
 def test_find_chunk() -> None:
-    chunks = [bg.Chunk(1, 3, 1, 0, 100), bg.Chunk(1, 2, 1, 1, 103), bg.Chunk(1, 1, 1, 2, 110)]
-    assert [bg.find_chunk(chunks, o) for o in (99, 100, 102, 103, 104, 105, 109, 110, 111)] == [
+    chunks = [Chunk(1, 3, 1, 0, 100), Chunk(1, 2, 1, 1, 103), Chunk(1, 1, 1, 2, 110)]
+    assert [find_chunk(chunks, o) for o in (99, 100, 102, 103, 104, 105, 109, 110, 111)] == [
         None,
         0,
         0,
@@ -289,18 +302,18 @@ def test_find_chunk() -> None:
 
 def test_object_key_uses_the_first_record_date_in_utc() -> None:
     assert (
-        bg.object_key("", "system-test", 0, 0, 1456272000000)
+        object_key("", "system-test", 0, 0, 1456272000000)
         == "2016-02-24/system-test-00000-000000000000.gz"
     )
     # the last millisecond of a day stays in that day; the next one starts the next folder
     assert (
-        bg.object_key("archive/", "t", 12, 100, 1456358399999) == "archive/2016-02-24/t-00012-000000000100.gz"
+        object_key("archive/", "t", 12, 100, 1456358399999) == "archive/2016-02-24/t-00012-000000000100.gz"
     )
-    assert bg.object_key("p/", "t", 3, 7, 1456358400000) == "p/2016-02-25/t-00003-000000000007.gz"
+    assert object_key("p/", "t", 3, 7, 1456358400000) == "p/2016-02-25/t-00003-000000000007.gz"
     # Kafka's "no timestamp" (-1)
-    assert bg.object_key("", "t", 0, 0, -1) == "1969-12-31/t-00000-000000000000.gz"
+    assert object_key("", "t", 0, 0, -1) == "1969-12-31/t-00000-000000000000.gz"
     assert (
-        bg.index_key("p/2016-02-25/t-00003-000000000007.gz") == "p/2016-02-25/t-00003-000000000007.index.json"
+        index_key("p/2016-02-25/t-00003-000000000007.gz") == "p/2016-02-25/t-00003-000000000007.index.json"
     )
 
 
@@ -312,29 +325,29 @@ def test_object_key_uses_the_first_record_date_in_utc() -> None:
     ("a/b", "a/b/2016-02-24/t-00001-000000000100.gz", "a/b/last_chunk_index.t-00001.txt"),
 ])
 def test_prefix_joins_the_date_with_one_slash_like_the_original(prefix: str, gz: str, cursor: str) -> None:
-    assert bg.object_key(prefix, "t", 1, 100, 1456272000000) == gz
-    assert bg.cursor_key(prefix, "t", 1) == cursor
-    name = bg.parse_object_key(gz, prefix)
+    assert object_key(prefix, "t", 1, 100, 1456272000000) == gz
+    assert cursor_key(prefix, "t", 1) == cursor
+    name = parse_object_key(gz, prefix)
     assert name is not None and (name.gz_key, name.topic, name.partition, name.first_offset) == (gz, "t", 1, 100)
-    assert bg.parse_object_key(cursor, prefix) is None
+    assert parse_object_key(cursor, prefix) is None
 
 
 def test_a_prefix_without_slash_does_not_match_longer_names() -> None:
-    assert bg.parse_object_key("systest2/2016-02-24/t-00001-000000000100.gz", "systest") is None
-    assert bg.parse_object_key("systest2016-02-24/t-00001-000000000100.gz", "systest") is None
+    assert parse_object_key("systest2/2016-02-24/t-00001-000000000100.gz", "systest") is None
+    assert parse_object_key("systest2016-02-24/t-00001-000000000100.gz", "systest") is None
 
 
 def test_parse_object_key() -> None:
-    name = bg.parse_object_key("arch/2016-02-24/my-topic-v2-00007-000000001234.index.json", "arch/")
-    assert name == bg.ArchiveName("arch/", "2016-02-24", "my-topic-v2", 7, 1234, ".index.json")
+    name = parse_object_key("arch/2016-02-24/my-topic-v2-00007-000000001234.index.json", "arch/")
+    assert name == ArchiveName("arch/", "2016-02-24", "my-topic-v2", 7, 1234, ".index.json")
     assert name.gz_key == "arch/2016-02-24/my-topic-v2-00007-000000001234.gz"
-    assert bg.parse_object_key("2016-02-24/t-123456-1000000000000.gz") == bg.ArchiveName(
+    assert parse_object_key("2016-02-24/t-123456-1000000000000.gz") == ArchiveName(
         "", "2016-02-24", "t", 123456, 1000000000000, ".gz"
     )
-    assert bg.parse_object_key("other/2016-02-24/t-00000-000000000000.gz", "arch/") is None
-    assert bg.parse_object_key("arch/x/2016-02-24/t-00000-000000000000.gz", "arch/") is None
-    assert bg.parse_object_key("arch/2016-02-24/t-0-0.gz", "arch/") is None
-    assert bg.parse_object_key("arch/2016-02-24/t-00000-000000000000.gz.part", "arch/") is None
+    assert parse_object_key("other/2016-02-24/t-00000-000000000000.gz", "arch/") is None
+    assert parse_object_key("arch/x/2016-02-24/t-00000-000000000000.gz", "arch/") is None
+    assert parse_object_key("arch/2016-02-24/t-0-0.gz", "arch/") is None
+    assert parse_object_key("arch/2016-02-24/t-00000-000000000000.gz.part", "arch/") is None
 
 
 # ------------------------------------------------------------------------------------------ fixture
@@ -350,7 +363,7 @@ def test_gzip_command_reads_the_fixture_as_one_stream_of_lines() -> None:
 @needs_gzip
 def test_gzip_command_reads_each_index_range_alone(tmp_path: Path) -> None:
     data = FIXTURE_GZ.read_bytes()
-    chunks = bg.parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
+    chunks = parse_index((FIXTURE / "system-test-00000-000000000100.index.json").read_bytes())
     assert [(c.first_record_offset, c.num_records) for c in chunks] == [
         (100, 1), (101, 1), (102, 4), (106, 2), (108, 4)]
     lines = FIXTURE_TEXT.splitlines(keepends=True)
@@ -364,12 +377,12 @@ def test_gzip_command_reads_each_index_range_alone(tmp_path: Path) -> None:
 
 
 def test_python_reader_decodes_the_fixture_records() -> None:
-    assert bg.read_records(FIXTURE_GZ.read_bytes()) == [v for _, v in FIXTURE_RECORDS]
+    assert read_records(FIXTURE_GZ.read_bytes()) == [v for _, v in FIXTURE_RECORDS]
 
 
 def test_writer_reproduces_the_fixture() -> None:
     data, chunks = _write(FIXTURE_RECORDS, block_size=40)
-    assert bg.render_index(chunks) == (FIXTURE / "system-test-00000-000000000100.index.json").read_bytes()
+    assert render_index(chunks) == (FIXTURE / "system-test-00000-000000000100.index.json").read_bytes()
     # Compressed bytes are zlib's (the same deflate for every zlib 1.2.x/1.3.x; not for zlib-ng).
     assert data == FIXTURE_GZ.read_bytes()
 
@@ -418,14 +431,14 @@ def test_archive_read_outside_the_file_names_its_range() -> None:
 
 
 def test_rotation_policy_rules() -> None:
-    policy = bg.RotationPolicy(block_size=10, chunks_per_file=3, flush_size=5, rotate_interval_ms=1000)
+    policy = RotationPolicy(block_size=10, chunks_per_file=3, flush_size=5, rotate_interval_ms=1000)
     assert not policy.rotate_before(10_000, 10_999)
     assert policy.rotate_before(10_000, 11_000)
     assert not policy.rotate_before(10_000, 9_000)  # timestamps going backwards never rotate
     assert not policy.full(4, 2)
     assert policy.full(5, 0)
     assert policy.full(1, 3)
-    off = bg.RotationPolicy(chunks_per_file=16)
+    off = RotationPolicy(chunks_per_file=16)
     assert not off.rotate_before(0, 10**12)
     assert not off.full(10**9, 15)
 
@@ -460,7 +473,7 @@ def test_extend_matches_append_byte_for_byte(seed: int) -> None:
     reference, ref_chunks = _write(records, block_size)
 
     sink = io.BytesIO()
-    writer = bg.BlockGzipWriter(sink, block_size)
+    writer = BlockGzipWriter(sink, block_size)
     position = 0
     while position < len(records):  # random batch sizes, sometimes mixed with single appends
         step = rng.randrange(1, 300)
@@ -480,7 +493,7 @@ def test_extend_matches_append_byte_for_byte(seed: int) -> None:
 
 def test_extend_stops_when_the_file_has_its_blocks() -> None:
     records = [(o, b"v%09d" % o) for o in range(10)]  # 11-byte lines
-    writer = bg.BlockGzipWriter(io.BytesIO(), 22)
+    writer = BlockGzipWriter(io.BytesIO(), 22)
     consumed = writer.extend([o for o, _ in records], [v for _, v in records], max_chunks=3)
     assert consumed == 6
     assert [(c.first_record_offset, c.num_records) for c in writer.chunks] == [(0, 2), (2, 2), (4, 2)]
@@ -489,8 +502,8 @@ def test_extend_stops_when_the_file_has_its_blocks() -> None:
 
 @pytest.mark.parametrize("offsets", [[3, 2], [1, 1], [1, 2, 5, 4]])
 def test_extend_rejects_offsets_that_do_not_increase(offsets: list[int]) -> None:
-    writer = bg.BlockGzipWriter(io.BytesIO(), 100)
-    with pytest.raises(bg.BlockGzipError, match="offsets must increase"):
+    writer = BlockGzipWriter(io.BytesIO(), 100)
+    with pytest.raises(BlockGzipError, match="offsets must increase"):
         writer.extend(offsets, [b"v"] * len(offsets))
 
 
@@ -504,7 +517,7 @@ def test_archive_read_of_a_missing_file_is_one_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------------ planning
 
 
-def _absolute(cuts: list[bg.FileCut], base: int) -> list[tuple[int, int, int, int, int, int]]:
+def _absolute(cuts: list[FileCut], base: int) -> list[tuple[int, int, int, int, int, int]]:
     return [(c.first_offset, c.first_timestamp_ms, c.end_offset, c.num_records, c.num_chunks, base + c.stop)
             for c in cuts]
 
@@ -515,8 +528,8 @@ def test_sizer_cuts_blocks_exactly_like_the_writer(seed: int) -> None:
     records = _random_records(rng, 1500)
     block_size = rng.choice([1, 9, 120, 2000])
     max_chunks = rng.choice([None, 3, 40])
-    writer = bg.BlockGzipWriter(io.BytesIO(), block_size)
-    sizer = bg.BlockSizer(block_size)
+    writer = BlockGzipWriter(io.BytesIO(), block_size)
+    sizer = BlockSizer(block_size)
     position = 0
     while position < len(records):
         batch = records[position:position + rng.randrange(1, 200)]
@@ -524,7 +537,8 @@ def test_sizer_cuts_blocks_exactly_like_the_writer(seed: int) -> None:
         consumed = writer.extend(offsets, values, max_chunks)
         assert sizer.extend(offsets, values, max_chunks) == consumed
         # the sizer survives a trip through its state (another process, another batch)
-        sizer = bg.BlockSizer(block_size, bg.BlockState.from_json(json.loads(json.dumps(sizer.state.to_json()))))
+        state = BlockState.from_json(json.loads(json.dumps(sizer.state.to_json())))
+        sizer = BlockSizer(block_size, state)
         assert sizer.state == writer.state
         position += consumed
         if consumed < len(batch):
@@ -546,32 +560,32 @@ def test_planner_resumes_from_its_open_file_anywhere(seed: int) -> None:
     for _ in records:
         clock += rng.choice([0, 1, 5, 50, -30])  # mostly forward, sometimes backwards
         timestamps.append(clock)
-    policy = bg.RotationPolicy(block_size=rng.choice([1, 40, 300]), chunks_per_file=rng.choice([1, 2, 5]),
+    policy = RotationPolicy(block_size=rng.choice([1, 40, 300]), chunks_per_file=rng.choice([1, 2, 5]),
                                flush_size=rng.choice([0, 7, 90]), rotate_interval_ms=rng.choice([0, 200, 1000]))
     offsets, values = [o for o, _ in records], [v for _, v in records]
 
-    whole = bg.FilePlanner(policy)
+    whole = FilePlanner(policy)
     expected = _absolute(whole.feed(offsets, timestamps, values), 0)
     tail = whole.close()
 
     got: list[tuple[int, int, int, int, int, int]] = []
-    open_file: bg.OpenFile | None = None
+    open_file: OpenFile | None = None
     position = 0
     while position < len(records):
         stop = min(len(records), position + rng.randrange(1, 150))
-        planner = bg.FilePlanner(policy, open_file)
+        planner = FilePlanner(policy, open_file)
         got += _absolute(planner.feed(offsets[position:stop], timestamps[position:stop], values[position:stop]),
                          position)
         state = planner.open_file
-        open_file = None if state is None else bg.OpenFile.from_json(json.loads(json.dumps(state.to_json())))
+        open_file = None if state is None else OpenFile.from_json(json.loads(json.dumps(state.to_json())))
         position = stop
     assert got == expected
-    assert bg.FilePlanner(policy, open_file).close() == tail
+    assert FilePlanner(policy, open_file).close() == tail
 
     start = 0
     for first, _, end_offset, count, blocks, stop in expected:
         assert offsets[start] == first and stop - start == count and offsets[stop - 1] + 1 == end_offset
-        writer = bg.BlockGzipWriter(io.BytesIO(), policy.block_size)
+        writer = BlockGzipWriter(io.BytesIO(), policy.block_size)
         assert writer.extend(offsets[start:stop], values[start:stop]) == count
         assert len(writer.finish()) == blocks
         start = stop
@@ -579,10 +593,10 @@ def test_planner_resumes_from_its_open_file_anywhere(seed: int) -> None:
 
 
 def test_rotation_before_the_first_new_record_closes_the_carried_file() -> None:
-    policy = bg.RotationPolicy(block_size=100, rotate_interval_ms=1000)
-    planner = bg.FilePlanner(policy)
+    policy = RotationPolicy(block_size=100, rotate_interval_ms=1000)
+    planner = FilePlanner(policy)
     assert planner.feed([5, 6], [10_000, 10_500], [b"a", b"b"]) == []
     carried = planner.open_file
-    assert carried == bg.OpenFile(5, 10_000, bg.BlockState(2, 0, 4, 2, 5, 7))
-    cuts = bg.FilePlanner(policy, carried).feed([7, 8], [11_000, 11_001], [b"c", b"d"])
-    assert cuts == [bg.FileCut(5, 10_000, 7, 2, 1, stop=0)]
+    assert carried == OpenFile(5, 10_000, BlockState(2, 0, 4, 2, 5, 7))
+    cuts = FilePlanner(policy, carried).feed([7, 8], [11_000, 11_001], [b"c", b"d"])
+    assert cuts == [FileCut(5, 10_000, 7, 2, 1, stop=0)]

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_connect import config as cfg
 from pubsub_connect.cli import main
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.config.properties import parse_properties, read_properties
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "config"
 SEED_EXAMPLES = ["cps-sink", "cps-source", "lite-sink", "lite-source"]
@@ -27,7 +29,7 @@ def test_properties_syntax_follows_java() -> None:
         "empty=\n"
         "a=overridden\n"
     )
-    assert cfg.parse_properties(text) == {
+    assert parse_properties(text) == {
         "a": "overridden",
         "b": "two words  ",
         "c": "three",
@@ -86,7 +88,7 @@ def test_cps_source_and_lite_defaults() -> None:
 
 
 def test_alias_max_delay_threshold() -> None:
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"maxDelayThresholdMs": "250"}
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"maxDelayThresholdMs": "250"}
     connector = cfg.validate_connector(raw, "x.properties")
     assert connector.get("delayThresholdMs") == 250
 
@@ -138,7 +140,7 @@ def test_worker_converters_are_connector_defaults(tmp_path: Path) -> None:
     ],
 )
 def test_bad_files_give_one_clear_error(file: str, message: str) -> None:
-    with pytest.raises(cfg.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         cfg.load([FIXTURES / "bad" / f"{file}.properties"])
     assert message in str(err.value)
     assert str(FIXTURES / "bad" / f"{file}.properties") in str(err.value)
@@ -146,31 +148,31 @@ def test_bad_files_give_one_clear_error(file: str, message: str) -> None:
 
 
 def test_sink_needs_exactly_one_of_topics_and_regex() -> None:
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"topics.regex": "my-.*"}
-    with pytest.raises(cfg.ConfigError, match=r"set exactly one of topics or topics.regex"):
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"topics.regex": "my-.*"}
+    with pytest.raises(ConfigError, match=r"set exactly one of topics or topics.regex"):
         cfg.validate_connector(raw, "s.properties")
     raw.pop("topics")
     assert cfg.validate_connector(raw, "s.properties").get("topics.regex") == "my-.*"
 
 
 def test_enum_and_range_errors() -> None:
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"orderingKeySource": "value"}
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"orderingKeySource": "value"}
     with pytest.raises(
-        cfg.ConfigError,
+        ConfigError,
         match=r"orderingKeySource='value' is not allowed \(allowed: none, key, "
         r"partition\)",
     ):
         cfg.validate_connector(raw, "s.properties")
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"tasks.max": "0"}
-    with pytest.raises(cfg.ConfigError, match=r"tasks\.max='0' is below the minimum 1"):
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"tasks.max": "0"}
+    with pytest.raises(ConfigError, match=r"tasks\.max='0' is below the minimum 1"):
         cfg.validate_connector(raw, "s.properties")
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"maxBufferSize": "ten"}
-    with pytest.raises(cfg.ConfigError, match="maxBufferSize='ten' is not an integer"):
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"maxBufferSize": "ten"}
+    with pytest.raises(ConfigError, match="maxBufferSize='ten' is not an integer"):
         cfg.validate_connector(raw, "s.properties")
 
 
 def test_unknown_key_warns(caplog: pytest.LogCaptureFixture) -> None:
-    raw = cfg.read_properties(FIXTURES / "cps-sink.properties") | {"cps.topicc": "typo"}
+    raw = read_properties(FIXTURES / "cps-sink.properties") | {"cps.topicc": "typo"}
     cfg.validate_connector(raw, "s.properties")
     assert "s.properties: unknown key cps.topicc (ignored)" in caplog.text
 
@@ -188,8 +190,8 @@ def test_secrets_are_masked_and_resolved_from_env(monkeypatch: pytest.MonkeyPatc
     (c,) = cfg.load([path]).connectors
     assert c.get("gcp.credentials.json") == SECRET
     shown = c.effective()
-    assert shown["gcp.credentials.json"] == cfg.MASK
-    assert shown["producer.override.sasl.jaas.config"] == cfg.MASK
+    assert shown["gcp.credentials.json"] == MASK
+    assert shown["producer.override.sasl.jaas.config"] == MASK
     assert SECRET not in repr(shown) and "hunter2" not in repr(shown)
 
 
@@ -199,7 +201,7 @@ def test_secret_value_never_in_error_message(tmp_path: Path) -> None:
         "name=x\nconnector.class=cps-sink\ntopics=a\ncps.topic=t\ncps.project=p\n"
         "gcp.sa.credentials.json=topsecret\nmaxBufferSize=-1\n"
     )
-    with pytest.raises(cfg.ConfigError) as err:
+    with pytest.raises(ConfigError) as err:
         cfg.load([path])
     assert "topsecret" not in str(err.value)
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
 from pubsub_connect.connect.config_store import ConfigStore
 from pubsub_connect.connect.herder import Herder, HerderError
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
-from pubsub_connect.pipelines.base import PipelineContext, Stage
+from pubsub_connect.pipelines.context import PipelineContext, Stage
 
 
 @dataclass

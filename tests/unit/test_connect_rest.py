@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.connect.plugins import validate
 from pubsub_connect.connect.rest import ConnectRestApi, Listener, RestServer, parse_listener, security_for
 from pubsub_connect.io import checkpoints
-from pubsub_connect.io.services import free_port
+from pubsub_connect.io.services.process import free_port
 from pubsub_connect.pipelines.kafka_position import offsets_json_positions, starting_offsets
 from unit.test_connect_herder import Stages, make_herder, sink
 
@@ -128,10 +129,10 @@ def test_validate_reports_a_cross_key_rule_on_its_keys() -> None:
 def test_basic_authentication_and_the_listener_rule(tmp_path: Path) -> None:
     credentials = tmp_path / "users.properties"
     credentials.write_text("ops=s3cret\n")
-    with pytest.raises(cfg.ConfigError, match="is reachable from the network: set rest"):
+    with pytest.raises(ConfigError, match="is reachable from the network: set rest"):
         security_for(parse_listener("http://0.0.0.0:8083"), None)
     assert security_for(parse_listener("http://127.0.0.1:8083"), None) is None
-    with pytest.raises(cfg.ConfigError, match="expected http://host:port"):
+    with pytest.raises(ConfigError, match="expected http://host:port"):
         parse_listener("https://127.0.0.1:8443")
     auth = security_for(parse_listener("http://0.0.0.0:8083"), str(credentials))
     worker = cfg.validate_worker({"storage.root": str(tmp_path / "root")})

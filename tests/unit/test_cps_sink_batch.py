@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,16 +17,10 @@ from pubsub_connect.model.converters import (
     SHORT_CONVERTER,
     STRING_CONVERTER,
 )
-from pubsub_connect.model.cps_sink import (
-    MAX_MESSAGE_BYTES,
-    CpsSinkSettings,
-    KafkaRecord,
-    map_record,
-    to_outbox,
-    uses_column_path,
-)
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "records" / "cps_sink"
+from pubsub_connect.model.cps_sink.batch import to_outbox, uses_column_path
+from pubsub_connect.model.cps_sink.reference import map_record
+from pubsub_connect.model.cps_sink.settings import MAX_MESSAGE_BYTES, CpsSinkSettings, KafkaRecord
+from unit.cps_sink_fixtures import FIXTURES, fixture_bytes
 
 BRONZE_DDL = (
     "key binary, value binary, topic string, partition int, offset long, ts_ms long, timestampType int, "
@@ -78,16 +71,6 @@ SETTINGS = {
 COLUMN_PATH = {name for name, s in SETTINGS.items() if uses_column_path(s)}
 
 
-def fixture_bytes(spec: Any) -> bytes | None:
-    if spec is None:
-        return None
-    if "utf8" in spec:
-        return spec["utf8"].encode()
-    if "hex" in spec:
-        return bytes.fromhex(spec["hex"])
-    return json.dumps(spec["json"], separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def corpus() -> list[KafkaRecord]:
     with open(FIXTURES / "corpus.jsonl", encoding="utf-8") as f:
         raws = [json.loads(line) for line in f if line.strip()]
@@ -129,52 +112,19 @@ def bronze(spark: Any, records: list[KafkaRecord]) -> Any:
 
 
 def reference_rows(records: list[KafkaRecord], settings: CpsSinkSettings) -> dict[int, tuple]:
-    """What every outbox row must be, from the per-record reference."""
+    """What every outbox row must be, from the per-record reference: ``(data, attributes,
+    ordering_key, topic, partition, key, value, error_class, error_message, skipped_headers)``,
+    the raw key and value only in dead letters."""
     out = {}
     for r in records:
         try:
             result = map_record(r, settings)
         except DataError as e:
-            out[r.offset] = (
-                None,
-                None,
-                None,
-                r.topic,
-                r.partition,
-                r.key,
-                r.value,
-                e.error_class,
-                str(e),
-                None,
-            )
+            out[r.offset] = (None, None, None, r.topic, r.partition, r.key, r.value, e.error_class, str(e), None)
             continue
         m = result.message
-        if m is None:
-            out[r.offset] = (
-                None,
-                None,
-                None,
-                r.topic,
-                r.partition,
-                None,
-                None,
-                None,
-                None,
-                result.skipped_headers,
-            )
-        else:
-            out[r.offset] = (
-                m.data,
-                m.attributes,
-                m.ordering_key,
-                r.topic,
-                r.partition,
-                None,
-                None,
-                None,
-                None,
-                result.skipped_headers,
-            )
+        message = (None, None, None) if m is None else (m.data, m.attributes, m.ordering_key)
+        out[r.offset] = (*message, r.topic, r.partition, None, None, None, None, result.skipped_headers)
     return out
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,30 +24,16 @@ from pubsub_connect.model.converters import (
     STRING_CONVERTER,
     ConverterError,
 )
-from pubsub_connect.model.cps_sink import (
+from pubsub_connect.model.cps_sink.reference import encode_body, map_record, record_to_message
+from pubsub_connect.model.cps_sink.settings import (
     MAX_MESSAGE_BYTES,
     CpsSinkSettings,
     KafkaRecord,
     PubsubLimitError,
     PubsubMessage,
     UnsupportedValueError,
-    encode_body,
-    map_record,
-    record_to_message,
 )
-
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "records" / "cps_sink"
-
-
-def fixture_bytes(spec: Any) -> bytes | None:
-    """Fixture byte encoding: null | {"utf8": text} | {"hex": hex} | {"json": value (compact)}."""
-    if spec is None:
-        return None
-    if "utf8" in spec:
-        return spec["utf8"].encode()
-    if "hex" in spec:
-        return bytes.fromhex(spec["hex"])
-    return json.dumps(spec["json"], separators=(",", ":"), ensure_ascii=False).encode()
+from unit.cps_sink_fixtures import FIXTURES, fixture_bytes
 
 
 def fixture_record(raw: dict[str, Any], offset: int = 1000) -> KafkaRecord:

@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from pubsub_connect.model.cps_source import (
+from pubsub_connect.model.cps_source.batch import (
+    java_string_hash_col,
+    next_round_robin_counter,
+    partition_for_hash_col,
+    to_kafka_outbox,
+)
+from pubsub_connect.model.cps_source.reference import java_string_hash, partition_for_hash, reference_outbox
+from pubsub_connect.model.cps_source.settings import (
     OUTBOX_COLUMNS,
     CpsSourceSettings,
     OutboxRow,
     PubsubReceived,
     UnsupportedConverterError,
-    java_string_hash,
-    java_string_hash_col,
-    next_round_robin_counter,
-    partition_for_hash,
-    partition_for_hash_col,
-    reference_outbox,
-    to_kafka_outbox,
 )
 
 BYTE_ARRAY = "org.apache.kafka.connect.converters.ByteArrayConverter"
@@ -511,7 +511,8 @@ def test_streaming_conversion_equals_the_batch_one_but_for_round_robin(spark: An
     numbers round-robin goes to ``pmod(xxhash64(message_id), count)``."""
     from pyspark.sql import functions as F
 
-    from pubsub_connect.model.cps_source import deduplicate_messages, to_kafka_outbox_stream, uses_round_robin
+    from pubsub_connect.model.cps_source.batch import deduplicate_messages, to_kafka_outbox_stream
+    from pubsub_connect.model.cps_source.reference import uses_round_robin
 
     settings, _ = SETTINGS[name]
     messages = deduplicate_messages(bronze_df(spark, corpus))

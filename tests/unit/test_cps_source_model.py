@@ -11,21 +11,13 @@ import random
 import pyarrow as pa
 import pytest
 
-from pubsub_connect.model import cps_source as cs
 from pubsub_connect.model.connect import BYTES, STRING, DataError, Type
 from pubsub_connect.model.converters import BOOLEAN_CONVERTER, NUMBER_CONVERTER_TYPES
-from pubsub_connect.model.cps_source import (
-    CpsSourceSettings,
-    DuplicateFieldError,
-    InvalidTimestampError,
-    KafkaOutRecord,
-    KeyConverterError,
-    OutboxRow,
-    PubsubReceived,
-    UnsupportedConverterError,
+from pubsub_connect.model.cps_source import arrow_hashes
+from pubsub_connect.model.cps_source.arrow_hashes import java_bytes_hash_array
+from pubsub_connect.model.cps_source.reference import (
     check_value_converter,
     java_bytes_hash,
-    java_bytes_hash_array,
     java_string_hash,
     message_to_record,
     parse_java_long,
@@ -36,6 +28,16 @@ from pubsub_connect.model.cps_source import (
     serialize_key,
     uses_round_robin,
     value_struct,
+)
+from pubsub_connect.model.cps_source.settings import (
+    CpsSourceSettings,
+    DuplicateFieldError,
+    InvalidTimestampError,
+    KafkaOutRecord,
+    KeyConverterError,
+    OutboxRow,
+    PubsubReceived,
+    UnsupportedConverterError,
 )
 
 BYTE_ARRAY = "org.apache.kafka.connect.converters.ByteArrayConverter"
@@ -154,7 +156,7 @@ def test_vectorised_bytes_hash_matches_reference(monkeypatch: pytest.MonkeyPatch
         assert java_bytes_hash_array(pa.chunked_array([arr.slice(0, 3), arr.slice(3)])).tolist() == expected
     assert java_bytes_hash_array(pa.array([], pa.binary())).tolist() == []
     # Chunk boundaries and segments longer than a chunk (Horner across blocks).
-    monkeypatch.setattr(cs, "_CHUNK_UNITS", 16)
+    monkeypatch.setattr(arrow_hashes, "_CHUNK_UNITS", 16)
     assert java_bytes_hash_array(pa.array(values, pa.binary())).tolist() == expected
 
 

@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, PipelineTableStore, TableRef
 from pubsub_connect.lakeflow import conf, local
 from pubsub_connect.lakeflow.datasets import DEFINERS, check_declarable, dataset_name, managed_kinds
+from pubsub_connect.model.error_text import clean_error
 
 SINK = {"name": "orders.to-pubsub", "connector.class": "cps-sink", "topics": "orders", "cps.project": "p",
         "cps.topic": "t"}
@@ -40,9 +43,9 @@ def test_configuration_round_trips_files_and_overrides(tmp_path: Path) -> None:
 
 
 def test_configuration_errors_are_one_line() -> None:
-    with pytest.raises(cfg.ConfigError, match=r"^--set 'cps.project': expected KEY=VALUE$"):
+    with pytest.raises(ConfigError, match=r"^--set 'cps.project': expected KEY=VALUE$"):
         conf.pipeline_configuration("c.properties", None, ["cps.project"])
-    with pytest.raises(cfg.ConfigError, match=r"^the pipeline's configuration has no pubsub_connect.connector "
+    with pytest.raises(ConfigError, match=r"^the pipeline's configuration has no pubsub_connect.connector "
                                               r"\(the connector's .properties\)$"):
         conf.load_from_conf({"pubsub_connect.worker": "w.properties"})
 
@@ -51,7 +54,7 @@ def test_local_pipeline_tables_live_in_its_warehouse(tmp_path: Path) -> None:
     worker = cfg.validate_worker({"storage.root": str(tmp_path / "root")})
     root = tmp_path / "root" / "pipelines" / "orders.to-pubsub"
     assert conf.pipeline_root(worker, "orders.to-pubsub") == str(root)
-    store = conf.pipeline_store(None, worker, "orders.to-pubsub", cfg.CPS_SOURCE)  # type: ignore[arg-type]
+    store = conf.pipeline_store(None, worker, "orders.to-pubsub", CPS_SOURCE)  # type: ignore[arg-type]
     assert isinstance(store, PipelineTableStore)
     # the pipeline's own tables: named like catalog tables, in its warehouse
     assert store.path(TableRef(OUTBOX, "orders.to-pubsub")) == str(root / "tables" / "outbox_orders_to_pubsub")
@@ -64,26 +67,26 @@ def test_local_pipeline_tables_live_in_its_warehouse(tmp_path: Path) -> None:
 
 def test_catalog_pipelines_name_tables_like_the_jobs() -> None:
     worker = cfg.validate_worker({"storage.root": "/Volumes/c/s/v", "storage.catalog": "c", "storage.schema": "s"})
-    store = conf.pipeline_store(None, worker, "orders.to-pubsub", cfg.CPS_SINK)  # type: ignore[arg-type]
+    store = conf.pipeline_store(None, worker, "orders.to-pubsub", CPS_SINK)  # type: ignore[arg-type]
     assert not isinstance(store, PipelineTableStore)
     assert store.table_name(TableRef(OUTBOX, "orders.to-pubsub")) == "`c`.`s`.`outbox_orders_to_pubsub`"
 
 
 def test_each_declarable_kind_says_what_it_owns_and_how_it_runs() -> None:
-    assert sorted(DEFINERS) == sorted(local.JOB_STAGES) == [cfg.CPS_SINK, cfg.CPS_SOURCE, cfg.LITE_SINK,
-                                                            cfg.LITE_SOURCE]
-    assert managed_kinds(cfg.CPS_SINK) == {BRONZE, OUTBOX, DLQ}
-    assert managed_kinds(cfg.CPS_SOURCE) == {OUTBOX, DLQ}
-    assert managed_kinds(cfg.LITE_SOURCE) == {OUTBOX}
-    assert local.JOB_STAGES[cfg.CPS_SOURCE] == (("pull",), ("produce",))
-    assert local.JOB_STAGES[cfg.LITE_SINK] == ((), ("publish",))
+    assert sorted(DEFINERS) == sorted(local.JOB_STAGES) == [CPS_SINK, CPS_SOURCE, LITE_SINK,
+                                                            LITE_SOURCE]
+    assert managed_kinds(CPS_SINK) == {BRONZE, OUTBOX, DLQ}
+    assert managed_kinds(CPS_SOURCE) == {OUTBOX, DLQ}
+    assert managed_kinds(LITE_SOURCE) == {OUTBOX}
+    assert local.JOB_STAGES[CPS_SOURCE] == (("pull",), ("produce",))
+    assert local.JOB_STAGES[LITE_SINK] == ((), ("publish",))
 
 
 def test_the_archive_has_no_declarative_variant(tmp_path: Path) -> None:
     archive = cfg.validate_connector({"name": "a", "connector.class": "archive", "topics": "t",
                                       "output.path": str(tmp_path), "local.buffer.dir": str(tmp_path)},
                                      "archive.properties")
-    with pytest.raises(cfg.ConfigError) as failure:
+    with pytest.raises(ConfigError) as failure:
         check_declarable(archive)
     assert str(failure.value) == (
         "archive.properties: a archive connector has no declarative pipeline (connectors that have one: "
@@ -100,9 +103,9 @@ def test_update_events_become_progress_lines() -> None:
 
 
 def test_update_errors_lose_spark_decoration(tmp_path: Path) -> None:
-    assert local.clean_error("[USER_RAISED_EXCEPTION] record t/0@1 cannot be converted: X SQLSTATE: P0001") == (
+    assert clean_error("[USER_RAISED_EXCEPTION] record t/0@1 cannot be converted: X SQLSTATE: P0001") == (
         "record t/0@1 cannot be converted: X")
-    assert local.clean_error("[TABLE_OR_VIEW_NOT_FOUND] The table `b` cannot be found. SQLSTATE: 42P01\nmore") == (
+    assert clean_error("[TABLE_OR_VIEW_NOT_FOUND] The table `b` cannot be found. SQLSTATE: 42P01\nmore") == (
         "The table `b` cannot be found.")
     log = _write(tmp_path / "update.log", {"a": "b"})
     assert local.raised_error(log) is None
@@ -157,6 +160,6 @@ def test_errors_tolerance_none_fails_the_flow_naming_the_record(spark) -> None:
     assert tolerate(rows.filter("error_class IS NULL"), strict).count() == 1
     with pytest.raises(PySparkException) as failure:
         tolerate(rows, strict).collect()
-    assert local.clean_error(str(failure.value)).endswith(
+    assert clean_error(str(failure.value)).endswith(
         "record orders/1@9 cannot be converted: ConverterError: value: JsonConverter: invalid JSON "
         "(errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")

@@ -7,15 +7,9 @@ from pathlib import Path
 import pytest
 
 from integration.kafka_tls import make_kafka_tls
-from pubsub_connect.io.librdkafka import (
-    CLIENT_LOGGER,
-    KafkaOptionsError,
-    KafkaUnreachableError,
-    _reason,
-    check_brokers,
-    librdkafka_settings,
-    with_client_logger,
-)
+from pubsub_connect.io.kafka.admin import KafkaUnreachableError, _reason, check_brokers
+from pubsub_connect.io.kafka.librdkafka import CLIENT_LOGGER, with_client_logger
+from pubsub_connect.io.kafka.options import KafkaOptionsError, librdkafka_settings
 
 JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="connect" '
         'password="s3cr\\"et";')

@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 from google.protobuf import json_format, struct_pb2
 
-from pubsub_connect.model import lite
 from pubsub_connect.model.connect import (
     BOOLEAN,
     BYTES,
@@ -28,29 +27,30 @@ from pubsub_connect.model.connect import (
     Struct,
     Type,
 )
-from pubsub_connect.model.converters import make_converter
-from pubsub_connect.model.lite import (
-    KAFKA_EVENT_TIME_TYPE_ATTRIBUTE as TYPE_ATTR,
+from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, make_converter
+from pubsub_connect.model.lite.arrow import (
+    KAFKA_OUTBOX_SCHEMA,
+    LITE_BRONZE_SCHEMA,
+    LITE_OUTBOX_SCHEMA,
+    bronze_batch,
+    kafka_outbox_batch,
+    outbox_messages,
+    sink_outbox_batch,
 )
-from pubsub_connect.model.lite import (
-    KAFKA_OFFSET_ATTRIBUTE as OFFSET_ATTR,
-)
-from pubsub_connect.model.lite import (
-    KAFKA_PARTITION_ATTRIBUTE as PARTITION_ATTR,
-)
-from pubsub_connect.model.lite import (
-    KAFKA_TOPIC_ATTRIBUTE as TOPIC_ATTR,
-)
-from pubsub_connect.model.lite import (
+from pubsub_connect.model.lite.encoding import LiteEncodingError, encode_to_bytes, encode_value
+from pubsub_connect.model.lite.sink import KAFKA_EVENT_TIME_TYPE_ATTRIBUTE as TYPE_ATTR
+from pubsub_connect.model.lite.sink import KAFKA_OFFSET_ATTRIBUTE as OFFSET_ATTR
+from pubsub_connect.model.lite.sink import KAFKA_PARTITION_ATTRIBUTE as PARTITION_ATTR
+from pubsub_connect.model.lite.sink import KAFKA_TOPIC_ATTRIBUTE as TOPIC_ATTR
+from pubsub_connect.model.lite.sink import LiteMessage, LiteSinkRecord, sink_message
+from pubsub_connect.model.lite.source import (
+    DEFAULT_SOURCE_CONVERTERS,
     KafkaPartitioner,
-    LiteEncodingError,
-    LiteMessage,
+    KafkaSourceRecord,
     LiteReceived,
-    LiteSinkRecord,
-    encode_to_bytes,
-    encode_value,
+    LiteSourceConverters,
+    UnsupportedLiteSourceConverter,
     murmur2,
-    sink_message,
     source_record,
 )
 
@@ -354,7 +354,7 @@ def test_source_record_maps_fields() -> None:
         event_time_ns=50_001_999_999,
     )
     record = source_record(message, "kafka-topic", RAW_HEADERS)
-    assert record == lite.KafkaSourceRecord(
+    assert record == KafkaSourceRecord(
         topic="kafka-topic",
         key=b"k",
         value=b"payload",
@@ -366,7 +366,7 @@ def test_source_record_maps_fields() -> None:
     )
 
 
-RAW_HEADERS = lite.LiteSourceConverters(header_converter=lite.BYTE_ARRAY_CONVERTER)
+RAW_HEADERS = LiteSourceConverters(header_converter=BYTE_ARRAY_CONVERTER)
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 
@@ -381,19 +381,19 @@ def test_source_record_headers_are_base64_text_by_default() -> None:
 @pytest.mark.parametrize(
     ("converters", "key", "value", "null_key"),
     [
-        (lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER),
+        (LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER),
          b'{"schema":{"type":"bytes","optional":true},"payload":"/wBr"}',
          b'{"schema":{"type":"bytes","optional":false},"payload":"ZGF0YQ=="}',
          b'{"schema":{"type":"bytes","optional":true},"payload":null}'),
-        (lite.LiteSourceConverters(key_converter=JSON_CONVERTER, key_schemas_enable=False,
+        (LiteSourceConverters(key_converter=JSON_CONVERTER, key_schemas_enable=False,
                                    value_converter=JSON_CONVERTER, value_schemas_enable=False),
          b'"/wBr"', b'"ZGF0YQ=="', b"null"),
         # Java's StringConverter prints byte[].toString() (``[B@1b6d3586``); ours the UTF-8 text
-        (lite.LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER),
+        (LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER),
          "\ufffd\x00k".encode(), b"data", None),
     ],
 )
-def test_source_record_key_and_value_through_the_converters(converters: lite.LiteSourceConverters, key: bytes,
+def test_source_record_key_and_value_through_the_converters(converters: LiteSourceConverters, key: bytes,
                                                             value: bytes, null_key: bytes | None) -> None:
     """The worker serializes the source task's OPTIONAL_BYTES key and BYTES value with
     ``key.converter`` / ``value.converter``; an empty Lite key is a null key, which JsonConverter
@@ -406,12 +406,12 @@ def test_source_record_key_and_value_through_the_converters(converters: lite.Lit
 @pytest.mark.parametrize("name", ["org.apache.kafka.connect.converters.IntegerConverter",
                                   "org.apache.kafka.connect.converters.DoubleConverter"])
 def test_source_converters_that_cannot_write_bytes_are_refused(name: str) -> None:
-    for converters in (lite.LiteSourceConverters(key_converter=name), lite.LiteSourceConverters(value_converter=name)):
-        with pytest.raises(lite.UnsupportedLiteSourceConverter, match="cannot serialize the bytes"):
+    for converters in (LiteSourceConverters(key_converter=name), LiteSourceConverters(value_converter=name)):
+        with pytest.raises(UnsupportedLiteSourceConverter, match="cannot serialize the bytes"):
             converters.check()
-    with pytest.raises(lite.UnsupportedLiteSourceConverter, match=r"header\.converter"):
-        lite.LiteSourceConverters(header_converter=STRING_CONVERTER).check()
-    lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=STRING_CONVERTER).check()
+    with pytest.raises(UnsupportedLiteSourceConverter, match=r"header\.converter"):
+        LiteSourceConverters(header_converter=STRING_CONVERTER).check()
+    LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=STRING_CONVERTER).check()
 
 
 def test_source_record_empty_key_is_null_and_publish_time_is_the_fallback() -> None:
@@ -501,8 +501,8 @@ def test_sink_outbox_batch() -> None:
         schema=_KAFKA_BRONZE,
     )
     json_schemaless = make_converter("org.apache.kafka.connect.json.JsonConverter", schemas_enable=False)
-    outbox, failures, skipped = lite.sink_outbox_batch(bronze, value_converter=json_schemaless)
-    assert outbox.schema == lite.LITE_OUTBOX_SCHEMA
+    outbox, failures, skipped = sink_outbox_batch(bronze, value_converter=json_schemaless)
+    assert outbox.schema == LITE_OUTBOX_SCHEMA
     assert skipped == 1
     assert [f.index for f in failures] == [2]
     assert isinstance(failures[0].error, DataError)
@@ -515,7 +515,7 @@ def test_sink_outbox_batch() -> None:
     assert rows[1]["attributes"][0] == ("h", [b"1", b"2"])
     assert rows[1]["attributes"][-1] == (TYPE_ATTR, [b"LogAppendTime"])
     assert (rows[1]["partition"], rows[1]["offset"], rows[1]["topic"]) == (2, 9, "brown")
-    messages = list(lite.outbox_messages(outbox))
+    messages = list(outbox_messages(outbox))
     assert messages[1] == (2, sink_message(
         LiteSinkRecord(
             key=None, value=json_schemaless.to_connect(b'{"a":[1,2.5]}'), topic="brown", partition=2, offset=9,
@@ -535,22 +535,22 @@ def _lite_messages() -> list[LiteReceived]:
 
 
 @pytest.mark.parametrize("converters", [
-    lite.DEFAULT_SOURCE_CONVERTERS, RAW_HEADERS,
-    lite.LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER, value_schemas_enable=False),
-    lite.LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER,
-                              header_converter=lite.BYTE_ARRAY_CONVERTER),
+    DEFAULT_SOURCE_CONVERTERS, RAW_HEADERS,
+    LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER, value_schemas_enable=False),
+    LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER,
+                              header_converter=BYTE_ARRAY_CONVERTER),
 ], ids=["default", "raw-headers", "json", "string"])
 @pytest.mark.parametrize("sliced", [False, True])
-def test_kafka_outbox_batch_matches_reference(sliced: bool, converters: lite.LiteSourceConverters) -> None:
+def test_kafka_outbox_batch_matches_reference(sliced: bool, converters: LiteSourceConverters) -> None:
     """The batch convert equals the per-record reference, partition (hash of the *serialized*
     key, as the producer computes it) included."""
     messages = _lite_messages()
-    bronze = lite.bronze_batch(messages)
-    assert bronze.schema == lite.LITE_BRONZE_SCHEMA
+    bronze = bronze_batch(messages)
+    assert bronze.schema == LITE_BRONZE_SCHEMA
     if sliced:
         bronze, messages = bronze.slice(1, 3), messages[1:]
-    out, counter = lite.kafka_outbox_batch(bronze, num_partitions=4, round_robin_start=5, converters=converters)
-    assert out.schema == lite.KAFKA_OUTBOX_SCHEMA
+    out, counter = kafka_outbox_batch(bronze, num_partitions=4, round_robin_start=5, converters=converters)
+    assert out.schema == KAFKA_OUTBOX_SCHEMA
     partitioner = KafkaPartitioner(4, start=5)
     expected = []
     for m in messages:
@@ -575,12 +575,12 @@ def test_kafka_outbox_batch_matches_reference(sliced: bool, converters: lite.Lit
 
 
 def test_kafka_outbox_batch_without_partition_count_and_empty_table() -> None:
-    out, counter = lite.kafka_outbox_batch(pa.Table.from_batches([lite.bronze_batch(_lite_messages())]))
+    out, counter = kafka_outbox_batch(pa.Table.from_batches([bronze_batch(_lite_messages())]))
     assert out.column("partition").null_count == 4
     assert counter == 0
-    empty, _ = lite.kafka_outbox_batch(lite.bronze_batch([]))
+    empty, _ = kafka_outbox_batch(bronze_batch([]))
     assert empty.num_rows == 0
-    assert empty.schema == lite.KAFKA_OUTBOX_SCHEMA
+    assert empty.schema == KAFKA_OUTBOX_SCHEMA
 
 
 def test_sink_outbox_batch_matches_reference_on_random_rows() -> None:
@@ -605,10 +605,10 @@ def test_sink_outbox_batch_matches_reference_on_random_rows() -> None:
                 "headers": headers,
             }
         )
-    outbox, failures, skipped = lite.sink_outbox_batch(pa.RecordBatch.from_pylist(rows, schema=_KAFKA_BRONZE))
+    outbox, failures, skipped = sink_outbox_batch(pa.RecordBatch.from_pylist(rows, schema=_KAFKA_BRONZE))
     assert failures == []
     expected_skipped = 0
-    got = list(lite.outbox_messages(outbox))
+    got = list(outbox_messages(outbox))
     for row, (partition, message) in zip(rows, got, strict=True):
         ts = row["timestamp"]
         result = sink_message(
@@ -640,7 +640,7 @@ def test_sink_outbox_batch_reports_rows_it_cannot_map() -> None:
         {"key": b'{"schema":{"type":"int32"},"payload":5}', "value": b"v", "topic": "t", "partition": 0, "offset": 1,
          "timestamp": 0, "timestampType": 0, "headers": []},
     ]
-    outbox, failures, _ = lite.sink_outbox_batch(
+    outbox, failures, _ = sink_outbox_batch(
         pa.RecordBatch.from_pylist(rows, schema=_KAFKA_BRONZE), key_converter=json_with_schema
     )
     assert [(f.index, type(f.error).__name__) for f in failures] == [(0, "LiteEncodingError")]
@@ -650,7 +650,7 @@ def test_sink_outbox_batch_reports_rows_it_cannot_map() -> None:
 
 
 def _lite_source_config(**keys: str) -> object:
-    from pubsub_connect.config import validate_connector
+    from pubsub_connect.config.loader import validate_connector
 
     return validate_connector({"name": "lite-src", "connector.class": "PubSubLiteSourceConnector",
                                "pubsublite.project": "p", "pubsublite.location": "us-central1-a",
@@ -660,15 +660,15 @@ def _lite_source_config(**keys: str) -> object:
 def test_lite_source_pipeline_reads_the_converters_and_refuses_unusable_ones() -> None:
     """The convert stage gets the connector's converters (Connect's defaults when unset), and a
     converter that cannot serialize bytes stops the connector before any batch runs."""
-    from pubsub_connect.pipelines.base import ConnectorError
+    from pubsub_connect.pipelines.context import ConnectorError
     from pubsub_connect.pipelines.lite_source import source_converters
 
-    assert source_converters(_lite_source_config()) == lite.DEFAULT_SOURCE_CONVERTERS
+    assert source_converters(_lite_source_config()) == DEFAULT_SOURCE_CONVERTERS
     assert source_converters(_lite_source_config(**{
         "key.converter": JSON_CONVERTER, "key.converter.schemas.enable": "false", "value.converter": STRING_CONVERTER,
-        "header.converter": lite.BYTE_ARRAY_CONVERTER})) == lite.LiteSourceConverters(
+        "header.converter": BYTE_ARRAY_CONVERTER})) == LiteSourceConverters(
         key_converter=JSON_CONVERTER, key_schemas_enable=False, value_converter=STRING_CONVERTER,
-        header_converter=lite.BYTE_ARRAY_CONVERTER)
+        header_converter=BYTE_ARRAY_CONVERTER)
     with pytest.raises(ConnectorError, match=r"lite-src: value\.converter=\S*IntegerConverter cannot serialize"):
         source_converters(_lite_source_config(**{
             "value.converter": "org.apache.kafka.connect.converters.IntegerConverter"}))

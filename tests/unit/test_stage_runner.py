@@ -3,20 +3,24 @@ and a fake clock: which failures restart, the backoff, the end of a streak, givi
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
-from pubsub_connect.pipelines.base import ConnectorError, RestartPolicy, Stage, StageRunner, is_transient
+from pubsub_connect.pipelines.context import ConnectorError, Stage
+from pubsub_connect.pipelines.runner.failures import is_transient
+from pubsub_connect.pipelines.runner.supervisor import RestartPolicy, StageRunner
 
 UNAVAILABLE = ("org.apache.spark.sql.streaming.StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION_ERROR]\n"
-               "pubsub_connect.pipelines.base.ConnectorError: publish of batch 3 to projects/p/topics/t failed: "
+               "pubsub_connect.pipelines.context.ConnectorError: publish of batch 3 to projects/p/topics/t failed: "
                "PublishError: 5 of 5 message(s) not published; first: RetryError: Timeout of 60.0s exceeded, "
                "last exception: 503 failed to connect to all addresses")
 KAFKA_DOWN = ("TimeoutError: no fetch response for [('t', 0)] within 120000 ms (option fetchOffset.timeoutMs): "
               "is the broker reachable?")
-NOT_FOUND = ("pubsub_connect.pipelines.base.ConnectorError: publish of batch 0 to projects/p/topics/t failed: "
+NOT_FOUND = ("pubsub_connect.pipelines.context.ConnectorError: publish of batch 0 to projects/p/topics/t failed: "
              "PublishError: 1 of 1 message(s) not published; first: NotFound: 404 Topic not found")
 BAD_RECORD = "pubsub_connect.model.connect.DataError: t-0@5: value is not valid JSON (DataError while timing out)"
 
@@ -63,6 +67,15 @@ class FakeCtx:
     def progress(self, line: str) -> None:
         self.lines.append(line)
 
+    @contextmanager
+    def cleanups_owned_by(self, owner: list[Any]) -> Iterator[None]:
+        """Like ``PipelineContext.cleanups_owned_by``: stages register into ``owner`` meanwhile."""
+        previous, self.closers = self.closers, owner
+        try:
+            yield
+        finally:
+            self.closers = previous
+
 
 @dataclass
 class FakeConfig:
@@ -93,7 +106,7 @@ def runner_for(queries: list[FakeQuery], policy: RestartPolicy) -> tuple[StageRu
     ("org.apache.spark.SparkException: Python worker failed to connect back.", True),
     (NOT_FOUND, False),
     (BAD_RECORD, False),
-    ("pubsub_connect.config.ConfigError: sink.properties: cps.topic is required", False),
+    ("pubsub_connect.config.errors.ConfigError: sink.properties: cps.topic is required", False),
     ("ValueError: something else entirely", False),
 ])
 def test_transient_failures_are_told_apart_from_bad_data_and_config(text: str, transient: bool) -> None:
@@ -259,8 +272,7 @@ def test_idle_time_between_batches_never_counts_as_a_stuck_batch() -> None:
 
 
 def test_batch_timeout_comes_from_the_worker_config() -> None:
-    from pubsub_connect import config as cfg
-
+    from pubsub_connect.config import loader as cfg
     assert RestartPolicy.from_worker(cfg.validate_worker({})).batch_timeout_s == 900.0
     assert RestartPolicy.from_worker(cfg.validate_worker({"pipeline.batch.timeout.ms": "0"})).batch_timeout_s is None
 
@@ -292,8 +304,8 @@ def test_two_connectors_starting_together_each_keep_their_own_cleanups(tmp_path)
     takes exactly the cleanup its own stage registered, even when both register at once."""
     import threading
 
-    from pubsub_connect import config as cfg
-    from pubsub_connect.pipelines.base import PipelineContext
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.pipelines.context import PipelineContext
 
     ctx = PipelineContext(spark=None, worker=cfg.validate_worker({"storage.root": str(tmp_path)}),  # type: ignore[arg-type]
                           caps=None, store=None, once=False)  # type: ignore[arg-type]

@@ -2,8 +2,8 @@
 
 Why Connect's name and shape: a Kafka Connect worker's herder owns "which connectors exist, what
 state they should be in, what state they are in", and the REST resources only ask it. Here each
-connector runs its stages (:func:`pubsub_connect.pipelines.base.run_stages`, continuous) on its
-own thread over one shared Spark session, so one failing connector does not stop the others;
+connector runs its stages (:func:`pubsub_connect.pipelines.runner.supervisor.run_stages`,
+continuous) on its own thread over one shared Spark session, so one failing connector does not stop the others;
 its tasks are its stages (task ``i`` is stage ``i``: ingest, convert, publish…).
 
 States are Connect's: a connector is ``UNASSIGNED`` while it starts, then ``RUNNING``;
@@ -22,12 +22,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import CPS_SOURCE, LITE_SOURCE, SINK_KINDS
 from pubsub_connect.connect import offsets as connect_offsets
 from pubsub_connect.connect.config_store import STARTED, STOPPED, TARGET_STATES, ConfigStore, StoredConnector
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
 from pubsub_connect.connect.plugins import HIDDEN, shown
-from pubsub_connect.pipelines.base import PipelineContext, Stage, error_line, run_stages
+from pubsub_connect.model.error_text import error_line
+from pubsub_connect.pipelines.context import PipelineContext, Stage
+from pubsub_connect.pipelines.runner.supervisor import run_stages
 
 log = logging.getLogger(__name__)
 
@@ -142,9 +146,9 @@ class Herder:
     def connector_type(self, runtime: ConnectorRuntime) -> str:
         try:
             kind = cfg.connector_kind(runtime.stored.config, runtime.name)
-        except cfg.ConfigError:
+        except ConfigError:
             return "unknown"
-        return "sink" if kind in cfg.SINK_KINDS else "source"
+        return "sink" if kind in SINK_KINDS else "source"
 
     @staticmethod
     def _tasks(runtime: ConnectorRuntime) -> tuple[Stage, ...]:
@@ -187,7 +191,7 @@ class Herder:
         found: set[str] = set()
         if config is not None:
             found.update(config.get("topics") or [])
-            if config.kind in (cfg.CPS_SOURCE, cfg.LITE_SOURCE):
+            if config.kind in (CPS_SOURCE, LITE_SOURCE):
                 found.add(str(config.get("kafka.topic")))
             if config.is_sink and config.get("topics.regex"):
                 found.update(entry["partition"]["kafka_topic"]
@@ -200,7 +204,7 @@ class Herder:
     def _validated(self, name: str, raw: dict[str, str]) -> cfg.ConnectorConfig:
         try:
             return cfg.validate_connector(raw, name, worker=self.worker)
-        except cfg.ConfigError as exc:
+        except ConfigError as exc:
             raise HerderError(f"Connector configuration is invalid: {str(exc).removeprefix(name + ': ')}",
                               400) from None
 
@@ -332,7 +336,7 @@ class Herder:
             runtime.lock = ConnectorLock(self.worker.storage_root, runtime.name, [s.name for s in runtime.stages])
             if target != STOPPED:  # a stopped connector is free for the offsets tools
                 runtime.lock.acquire()
-        except (cfg.ConfigError, ConnectorBusyError) as exc:
+        except (ConfigError, ConnectorBusyError) as exc:
             self._failed(runtime, exc)
             return
         if target != STARTED:

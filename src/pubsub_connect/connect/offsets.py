@@ -27,16 +27,17 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.keys import ARCHIVE, CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io import checkpoints
 from pubsub_connect.io.checkpoints import write_lite_start
-from pubsub_connect.io.consumer_groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
+from pubsub_connect.io.kafka.groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
 from pubsub_connect.io.tables import checkpoint_location
-from pubsub_connect.pipelines.base import librdkafka_client
+from pubsub_connect.pipelines.context import librdkafka_client
 from pubsub_connect.pipelines.kafka_position import offsets_json_positions, subscribed_partitions
 
 #: The stage whose checkpoint is a connector's position.
-POSITION_STAGE = {cfg.CPS_SINK: "ingest", cfg.LITE_SINK: "ingest", cfg.LITE_SOURCE: "pull"}
+POSITION_STAGE = {CPS_SINK: "ingest", LITE_SINK: "ingest", LITE_SOURCE: "pull"}
 
 ALTERED = "The offsets for this connector have been altered successfully"
 RESET = "The offsets for this connector have been reset successfully"
@@ -75,15 +76,16 @@ def _sink_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> Po
 
 def _lite_cursors(config: cfg.ConnectorConfig) -> Any:
     """The Lite subscription's cursor client (``subscription_path`` names the subscription)."""
-    from pubsub_connect.io.pubsublite import LiteConnection, OffsetClient
+    from pubsub_connect.io.pubsublite.offsets import OffsetClient
+    from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
-    conn = LiteConnection.from_connector(config)
+    conn = lite_connection(config)
     return OffsetClient(conn, conn.subscription_path(str(config.get("pubsublite.subscription"))))
 
 
 def _lite_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, cursors: Any) -> dict[int, int]:
     """The pull checkpoint's position, else the subscription's committed cursors."""
-    from pubsub_connect.io.pubsublite import LiteIOError
+    from pubsub_connect.io.pubsublite.connection import LiteIOError
 
     committed = checkpoints.committed_source_offsets(position_checkpoint(worker, config.name, "pull"))
     if committed is not None:
@@ -102,15 +104,17 @@ def _kafka_entries(positions: Mapping[tuple[str, int], int]) -> list[dict[str, A
 
 def read_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> list[dict[str, Any]]:
     """``GET /connectors/{name}/offsets``'s ``offsets`` list, sorted by partition."""
-    if config.kind in (cfg.CPS_SINK, cfg.LITE_SINK):
+    if config.kind in (CPS_SINK, LITE_SINK):
         return _kafka_entries(_sink_positions(worker, config))
-    if config.kind == cfg.LITE_SOURCE:
+    if config.kind == LITE_SOURCE:
         cursors = _lite_cursors(config)
         return [{"partition": {"subscription": cursors.subscription_path, "partition": partition},
                  "offset": {"offset": offset}}
                 for partition, offset in sorted(_lite_positions(worker, config, cursors).items())]
-    if config.kind == cfg.ARCHIVE:
-        from pubsub_connect.pipelines.archive import ArchiveSettings, open_store, resume_offsets
+    if config.kind == ARCHIVE:
+        from pubsub_connect.io.objectstore.locations import open_store
+        from pubsub_connect.pipelines.archive.resume import resume_offsets
+        from pubsub_connect.pipelines.archive.settings import ArchiveSettings
 
         try:
             resume = resume_offsets(open_store(config), ArchiveSettings.from_config(config).prefix)
@@ -121,7 +125,7 @@ def read_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> list[
 
 
 def _not_movable(config: cfg.ConnectorConfig) -> OffsetsError:
-    if config.kind == cfg.CPS_SOURCE:
+    if config.kind == CPS_SOURCE:
         return OffsetsError(f"{config.name}: a Cloud Pub/Sub source has no offsets of its own: its position is the "
                             "subscription's acknowledgements, kept by Pub/Sub (move it with "
                             "'gcloud pubsub subscriptions seek')")
@@ -152,7 +156,7 @@ def parse_request(config: cfg.ConnectorConfig, body: Any) -> dict[Any, int | Non
         offset = entry.get("offset")
         if offset is not None and not isinstance(offset, dict):
             raise OffsetsError(f"{what}: 'offset' must be an object or null")
-        if config.kind in (cfg.CPS_SINK, cfg.LITE_SINK):
+        if config.kind in (CPS_SINK, LITE_SINK):
             topic = partition.get("kafka_topic")
             if not isinstance(topic, str) or not topic:
                 raise OffsetsError(f"{what}: 'kafka_topic' must be a topic name")
@@ -172,7 +176,7 @@ def alter_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, body: A
     if config.kind not in POSITION_STAGE:
         raise _not_movable(config)
     wanted = parse_request(config, body)
-    if config.kind == cfg.LITE_SOURCE:
+    if config.kind == LITE_SOURCE:
         _alter_lite(worker, config, wanted)
         return ALTERED
     positions = _sink_positions(worker, config)
@@ -194,7 +198,7 @@ def alter_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, body: A
 
 
 def _alter_lite(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, wanted: dict[Any, int | None]) -> None:
-    from pubsub_connect.io.pubsublite import LiteIOError
+    from pubsub_connect.io.pubsublite.connection import LiteIOError
 
     cursors = _lite_cursors(config)
     moved = {**_lite_positions(worker, config, cursors), **{p: o for p, o in wanted.items() if o is not None}}
@@ -211,7 +215,7 @@ def reset_offsets(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> str:
     """``DELETE /connectors/{name}/offsets`` for a stopped sink: it starts as if new, at
     ``consumer.auto.offset.reset``. A Lite source has no such reset: a new checkpoint starts
     from the subscription's cursors, which Lite keeps (``PATCH`` moves them)."""
-    if config.kind == cfg.LITE_SOURCE:
+    if config.kind == LITE_SOURCE:
         raise OffsetsError(f"{config.name}: a Pub/Sub Lite source starts from its subscription's cursors, which "
                            "Pub/Sub Lite keeps; move them with PATCH (alter) instead of resetting")
     if config.kind not in POSITION_STAGE:

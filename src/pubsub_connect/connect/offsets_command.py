@@ -13,7 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.properties import read_properties
 from pubsub_connect.connect import offsets as connect_offsets
 from pubsub_connect.connect.config_store import STOPPED, ConfigStore
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
@@ -24,15 +26,15 @@ def connector_config(worker: cfg.WorkerConfig, name: str, connector_file: str | 
     """The connector named ``name``: from ``connector_file``, else from the worker's store."""
     stored = None if "://" in worker.storage_root else ConfigStore(worker.storage_root).get(name)
     if stored is not None and must_be_stopped and stored.target_state != STOPPED:
-        raise cfg.ConfigError(f"connector {name} is {stored.target_state} in the worker: stop it first "
+        raise ConfigError(f"connector {name} is {stored.target_state} in the worker: stop it first "
                               f"(PUT /connectors/{name}/stop)")
     if connector_file:
-        config = cfg.validate_connector(cfg.read_properties(connector_file), connector_file, worker=worker)
+        config = cfg.validate_connector(read_properties(connector_file), connector_file, worker=worker)
         if config.name != name:
-            raise cfg.ConfigError(f"{connector_file}: name={config.name!r}, not {name!r}")
+            raise ConfigError(f"{connector_file}: name={config.name!r}, not {name!r}")
         return config
     if stored is None:
-        raise cfg.ConfigError(f"no connector {name} in the worker's store under {worker.storage_root}: give its "
+        raise ConfigError(f"no connector {name} in the worker's store under {worker.storage_root}: give its "
                               ".properties file with --connector")
     return cfg.validate_connector(dict(stored.config), name, worker=worker)
 
@@ -45,11 +47,11 @@ def read_request(text: str) -> Any:
         try:
             text = Path(text).read_text()
         except OSError as exc:
-            raise cfg.ConfigError(f"{text}: {exc.strerror}") from None
+            raise ConfigError(f"{text}: {exc.strerror}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise cfg.ConfigError(f"the offsets are not JSON: {exc}") from None
+        raise ConfigError(f"the offsets are not JSON: {exc}") from None
 
 
 def offsets_command(worker: cfg.WorkerConfig, action: str, name: str, connector_file: str | None = None,
@@ -65,4 +67,4 @@ def offsets_command(worker: cfg.WorkerConfig, action: str, name: str, connector_
                 return connect_offsets.alter_offsets(worker, config, read_request(request or "-"))
             return connect_offsets.reset_offsets(worker, config)
     except (connect_offsets.OffsetsError, ConnectorBusyError) as exc:
-        raise cfg.ConfigError(str(exc)) from None
+        raise ConfigError(str(exc)) from None

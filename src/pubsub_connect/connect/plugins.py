@@ -12,7 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from pubsub_connect import __version__
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import COMMON_KEYS, CONNECTOR_CLASSES, CONNECTOR_KEYS, REQUIRED, SINK_KINDS, Key
+from pubsub_connect.config.providers import DEFAULT_PROVIDERS
+from pubsub_connect.model.converters import KNOWN_CONVERTERS, KNOWN_HEADER_CONVERTERS
 
 #: Connect's ConfigDef type names for the key types of :mod:`pubsub_connect.config`.
 _CONNECT_TYPES = {"string": "STRING", "password": "PASSWORD", "class": "CLASS", "int": "INT", "long": "LONG",
@@ -33,23 +37,23 @@ class PluginError(Exception):
 def connector_plugins(connectors_only: bool = True) -> list[dict[str, str]]:
     """The connector classes (full Java names, as Connect lists them), then, when asked, the
     converters the data model implements."""
-    plugins = [{"class": cls, "type": "sink" if kind in cfg.SINK_KINDS else "source", "version": __version__}
-               for cls, kind in cfg.CONNECTOR_CLASSES.items() if "." in cls]
+    plugins = [{"class": cls, "type": "sink" if kind in SINK_KINDS else "source", "version": __version__}
+               for cls, kind in CONNECTOR_CLASSES.items() if "." in cls]
     if not connectors_only:
-        plugins += [{"class": c, "type": "converter", "version": __version__} for c in cfg.CONVERTERS]
-        plugins += [{"class": c, "type": "header_converter", "version": __version__} for c in cfg.HEADER_CONVERTERS]
+        plugins += [{"class": c, "type": "converter", "version": __version__} for c in KNOWN_CONVERTERS]
+        plugins += [{"class": c, "type": "header_converter", "version": __version__} for c in KNOWN_HEADER_CONVERTERS]
     return plugins
 
 
 def plugin_kind(plugin_class: str) -> str:
-    kind = cfg.CONNECTOR_CLASSES.get(plugin_class)
+    kind = CONNECTOR_CLASSES.get(plugin_class)
     if kind is None:
         raise PluginError(f"Failed to find any class that implements Connector and which name matches {plugin_class}")
     return kind
 
 
-def _definition(key: cfg.Key, order: int, group: str) -> dict[str, Any]:
-    required = key.default is cfg.REQUIRED
+def _definition(key: Key, order: int, group: str) -> dict[str, Any]:
+    required = key.default is REQUIRED
     default = None if required or key.default is None else cfg.to_text(key.default)
     return {"name": key.name, "type": _CONNECT_TYPES.get(key.type, "STRING"), "required": required,
             "default_value": default, "importance": "HIGH" if required else "MEDIUM", "documentation": key.doc,
@@ -60,12 +64,12 @@ def validate(plugin_class: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     """Connect's ``ConfigInfos`` for ``raw``: every key of the plugin with its value and errors."""
     kind = plugin_kind(plugin_class)
     given = raw.get("connector.class")
-    if given is not None and cfg.CONNECTOR_CLASSES.get(str(given).strip()) != kind:
+    if given is not None and CONNECTOR_CLASSES.get(str(given).strip()) != kind:
         raise PluginError(f"Included connector type {given} does not match request type {plugin_class}")
     values = {str(k): str(v) for k, v in raw.items() if v is not None}  # null: not given, as in Connect
     values.setdefault("connector.class", plugin_class)
-    keys = cfg.CONNECTOR_KEYS[kind]
-    common = {k.name for k in cfg.COMMON_KEYS}
+    keys = CONNECTOR_KEYS[kind]
+    common = {k.name for k in COMMON_KEYS}
     errors: dict[str, list[str]] = {k.name: [] for k in keys}
     by_name = {alias: key for key in keys for alias in (key.name, *key.aliases)}
     for name, text in values.items():
@@ -73,16 +77,16 @@ def validate(plugin_class: str, raw: Mapping[str, Any]) -> dict[str, Any]:
         if key is None:
             continue
         try:
-            key.parse(cfg.resolve_providers(text, "<config>", name), "<config>")
-        except cfg.ConfigError as exc:
+            key.parse(DEFAULT_PROVIDERS.resolve(text, "<config>", name), "<config>")
+        except ConfigError as exc:
             errors[key.name].append(_without_source(str(exc)))
     for key in keys:
-        if key.default is cfg.REQUIRED and not any(alias in values for alias in (key.name, *key.aliases)):
+        if key.default is REQUIRED and not any(alias in values for alias in (key.name, *key.aliases)):
             errors[key.name].append(f"missing required key {key.name}")
     if not any(errors.values()):
         try:
             cfg.validate_connector(values, "<config>")
-        except cfg.ConfigError as exc:
+        except ConfigError as exc:
             message = _without_source(str(exc))
             named = [k.name for k in keys if k.name in message] or ["name"]
             for name in named:

@@ -28,10 +28,13 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from pubsub_connect import __version__
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.properties import read_properties
 from pubsub_connect.connect.config_store import PAUSED, STARTED, STOPPED
 from pubsub_connect.connect.herder import Herder, HerderError
 from pubsub_connect.connect.plugins import PluginError, connector_plugins, validate
+from pubsub_connect.model.error_text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -61,21 +64,21 @@ def parse_listener(value: str) -> Listener:
     """``listeners`` (Connect's key): one ``http://host:port``."""
     items = [v.strip() for v in value.split(",") if v.strip()]
     if len(items) != 1:
-        raise cfg.ConfigError(f"listeners={value!r}: give exactly one listener, like {DEFAULT_LISTENER}")
+        raise ConfigError(f"listeners={value!r}: give exactly one listener, like {DEFAULT_LISTENER}")
     parts = urlsplit(items[0])
     if parts.scheme != "http" or not parts.hostname or parts.port is None:
-        raise cfg.ConfigError(f"listeners={value!r}: expected http://host:port (put a TLS proxy in front for https)")
+        raise ConfigError(f"listeners={value!r}: expected http://host:port (put a TLS proxy in front for https)")
     return Listener(parts.hostname, parts.port)
 
 
 def read_credentials(path: str) -> dict[str, str]:
     """``user=password`` lines (a Java properties file)."""
     try:
-        users = cfg.read_properties(path)
+        users = read_properties(path)
     except OSError as exc:
-        raise cfg.ConfigError(f"rest.basic.auth.credentials.file={path!r}: {exc.strerror}") from None
+        raise ConfigError(f"rest.basic.auth.credentials.file={path!r}: {exc.strerror}") from None
     if not users:
-        raise cfg.ConfigError(f"rest.basic.auth.credentials.file={path!r} holds no user=password line")
+        raise ConfigError(f"rest.basic.auth.credentials.file={path!r} holds no user=password line")
     return users
 
 
@@ -101,7 +104,7 @@ def security_for(listener: Listener, credentials_file: str | None) -> BasicAuth 
     if credentials_file:
         return BasicAuth(read_credentials(credentials_file))
     if not listener.loopback:
-        raise cfg.ConfigError(f"listeners=http://{listener.worker_id} is reachable from the network: set "
+        raise ConfigError(f"listeners=http://{listener.worker_id} is reachable from the network: set "
                               "rest.basic.auth.credentials.file (user=password lines) to require authentication, "
                               "or listen on 127.0.0.1")
     return None
@@ -290,7 +293,7 @@ def _handler_class(api: ConnectRestApi, auth: BasicAuth | None) -> type[BaseHTTP
             except Exception as exc:  # one line for the client; the trace in the debug log
                 log.debug("%s %s failed", self.command, self.path, exc_info=True)
                 status = HTTPStatus.INTERNAL_SERVER_ERROR
-                first = str(exc).splitlines()[0] if str(exc) else ""
+                first = first_line(str(exc))
                 payload = {"error_code": 500, "message": f"{type(exc).__name__}: {first}"}
             self._respond(int(status), payload)
 
@@ -307,7 +310,7 @@ class RestServer:
         try:
             self.httpd = ThreadingHTTPServer((listener.host, listener.port), _handler_class(api, auth))
         except OSError as exc:  # e.g. another worker (or Kafka Connect) already on the port
-            raise cfg.ConfigError(f"listeners=http://{listener.worker_id}: cannot listen there: {exc.strerror}") \
+            raise ConfigError(f"listeners=http://{listener.worker_id}: cannot listen there: {exc.strerror}") \
                 from None
         self.httpd.daemon_threads = True
         self.thread = threading.Thread(target=self.httpd.serve_forever, name="connect-rest", daemon=True)

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
 from pubsub_connect.connect.herder import Herder
 from pubsub_connect.connect.rest import ConnectRestApi, RestServer, credentials_file, parse_listener, security_for
 
@@ -25,14 +25,11 @@ def kafka_cluster_id(worker: cfg.WorkerConfig) -> Callable[[], str | None]:
 
     def lookup() -> str | None:
         if not found:
-            from confluent_kafka.admin import AdminClient
-
-            from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
-            from pubsub_connect.pipelines.base import librdkafka_client
+            from pubsub_connect.io.kafka.admin import cluster_id
+            from pubsub_connect.pipelines.context import librdkafka_client
 
             try:
-                admin = AdminClient(with_client_logger(connection_settings(librdkafka_client(worker, "admin"))))
-                found.append(admin.describe_cluster(request_timeout=10).result(timeout=15).cluster_id)
+                found.append(cluster_id(librdkafka_client(worker, "admin")))
             except Exception as exc:  # an unreachable broker: unknown for now, asked again next time
                 log.debug("cluster id: %s", exc)
                 return None

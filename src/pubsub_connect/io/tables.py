@@ -138,12 +138,13 @@ class DeltaRsTableStore(TableStore):
 
     def ensure(self, table: TableRef, schema: StructType) -> None:
         from deltalake import DeltaTable
-        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from pubsub_connect.model.schemas import to_arrow
 
         if self.exists(table):
             return
         try:
-            DeltaTable.create(self.path(table), schema=to_arrow_schema(schema, timezone="UTC"), mode="ignore",
+            DeltaTable.create(self.path(table), schema=to_arrow(schema), mode="ignore",
                               storage_options=self.storage_options)
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):

@@ -24,14 +24,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.io.tables import join_location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from pubsub_connect.io.databricks_secrets import SecretResolver
     from pubsub_connect.io.tables import TableStore
-    from pubsub_connect.jobs import SecretResolver
 
 PREFIX = "pubsub_connect."
 CONNECTOR_KEY = PREFIX + "connector"
@@ -49,7 +50,7 @@ def pipeline_configuration(connector_file: str, worker_file: str | None,
     for item in overrides:
         key, sep, value = item.partition("=")
         if not sep:
-            raise cfg.ConfigError(f"--set {item!r}: expected KEY=VALUE")
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
         conf[OVERRIDE_PREFIX + key.split(":", 1)[-1].strip()] = value
     return conf
 
@@ -62,14 +63,14 @@ def overrides_from(conf: Mapping[str, str]) -> list[str]:
 def load_from_conf(conf: Mapping[str, str], resolver: SecretResolver | None = None) -> cfg.RunConfig:
     """The connector and worker a pipeline's ``configuration`` names, loaded like a job task's
     (secret references resolved with ``dbutils``, or ``resolver``)."""
-    from pubsub_connect.jobs import SECRET_SCOPE_ENV, SecretResolver, load_run_config
+    from pubsub_connect.io.databricks_secrets import SECRET_SCOPE_ENV, SecretResolver
 
     connector_file = conf.get(CONNECTOR_KEY)
     if not connector_file:
-        raise cfg.ConfigError(f"the pipeline's configuration has no {CONNECTOR_KEY} (the connector's .properties)")
+        raise ConfigError(f"the pipeline's configuration has no {CONNECTOR_KEY} (the connector's .properties)")
     if resolver is None:
         resolver = SecretResolver(default_scope=conf.get(SECRET_SCOPE_KEY) or os.environ.get(SECRET_SCOPE_ENV))
-    return load_run_config(connector_file, conf.get(WORKER_KEY) or None, overrides_from(conf), resolver)
+    return cfg.load([connector_file], conf.get(WORKER_KEY) or None, overrides_from(conf), resolver.providers)
 
 
 def runtime_conf(spark: SparkSession) -> dict[str, str]:

@@ -3,8 +3,8 @@
 Why a second shape of the same stages: Databricks users build Kafka → bronze → silver flows as
 declarative pipelines (formerly Delta Live Tables), and want the connector's tables to be
 pipeline datasets they can watch, refresh and extend. The datasets are defined over the very
-functions the jobs' stages call (``to_outbox``, ``split_converted``, ``converted_rows``,
-``bronze_rows``, ``kafka_read_options``), so the data model exists once.
+functions the jobs' stages call (``to_outbox``, ``split_pubsub_outbox``, ``converted_rows``,
+``split_lite_outbox``, ``bronze_rows``, ``kafka_read_options``), so the data model exists once.
 
 What a pipeline holds, per connector kind (registered in :data:`DEFINERS`):
 
@@ -40,7 +40,9 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef, table_basename
 from pubsub_connect.model.schemas import (
     KAFKA_DLQ,
@@ -66,10 +68,10 @@ REDELIVERY_WINDOW = "1 hour"
 #: bronze table of their own; the sources convert the bronze table their job's pull task writes.
 #: The Lite source converts every message (no dead letters), as its job does.
 MANAGED: dict[str, frozenset[str]] = {
-    cfg.CPS_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
-    cfg.LITE_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
-    cfg.CPS_SOURCE: frozenset({OUTBOX, DLQ}),
-    cfg.LITE_SOURCE: frozenset({OUTBOX}),
+    CPS_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
+    LITE_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
+    CPS_SOURCE: frozenset({OUTBOX, DLQ}),
+    LITE_SOURCE: frozenset({OUTBOX}),
 }
 
 
@@ -114,7 +116,7 @@ class Graph:
 
 
 def _coordinates(kind: str) -> Column:
-    if kind == cfg.CPS_SOURCE:
+    if kind == CPS_SOURCE:
         return F.concat(F.lit("message_id "), F.col("message_id"))
     return F.format_string("%s/%d@%d", F.col("topic"), F.col("partition"), F.col("offset"))
 
@@ -170,7 +172,7 @@ def _define_sink_tables(graph: Graph, config: cfg.ConnectorConfig, converted_vie
 def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: StructType) -> None:
     """``errors.deadletterqueue.topic.name``: the rows of ``dlq_<name>`` also go to that Kafka
     topic, as Connect writes them (a Kafka sink of the pipeline, fed by an append flow)."""
-    from pubsub_connect.pipelines.base import kafka_client_options
+    from pubsub_connect.pipelines.context import kafka_client_options
     from pubsub_connect.pipelines.dead_letters import dlq_topic_records
 
     topic = config.get("errors.deadletterqueue.topic.name")
@@ -186,27 +188,27 @@ def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: Str
 
 
 def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.model.cps_sink import to_outbox
-    from pubsub_connect.pipelines.cps_sink import sink_settings, split_converted
+    from pubsub_connect.model.cps_sink.batch import to_outbox
+    from pubsub_connect.pipelines.cps_sink import sink_settings, split_pubsub_outbox
 
     bronze = _define_kafka_bronze(graph, config)
     settings = sink_settings(config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))
-    _define_sink_tables(graph, config, view, split_converted, PUBSUB_OUTBOX)
+    _define_sink_tables(graph, config, view, split_pubsub_outbox, PUBSUB_OUTBOX)
 
 
 def define_lite_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.pipelines.lite_sink import converted_rows, split
+    from pubsub_connect.pipelines.lite_sink import converted_rows, split_lite_outbox
 
     bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: converted_rows(graph.stream(bronze), config), _expectation(config))
-    _define_sink_tables(graph, config, view, split, LITE_OUTBOX)
+    _define_sink_tables(graph, config, view, split_lite_outbox, LITE_OUTBOX)
 
 
 def define_cps_source(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.model.cps_source import to_kafka_outbox_stream
+    from pubsub_connect.model.cps_source.batch import to_kafka_outbox_stream
     from pubsub_connect.pipelines.cps_source import check_settings
 
     settings = check_settings(config)
@@ -237,7 +239,11 @@ def define_cps_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSto
 
 
 def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.pipelines.lite_source import kafka_partition_count, source_converters, to_outbox_stream
+    from pubsub_connect.pipelines.lite_source import (
+        kafka_partition_count,
+        lite_to_kafka_outbox_stream,
+        source_converters,
+    )
 
     converters = source_converters(config)
     # explicit partitions need the topic's partition count: asked once, when the pipeline starts
@@ -246,7 +252,8 @@ def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSt
 
     def outbox() -> DataFrame:
         # the pull stage's bronze table, written by the job task before the pipeline
-        return _typed(to_outbox_stream(store.read_stream(bronze), partitions, converters), LITE_KAFKA_OUTBOX)
+        rows = lite_to_kafka_outbox_stream(store.read_stream(bronze), partitions, converters)
+        return _typed(rows, LITE_KAFKA_OUTBOX)
 
     graph.table(dataset_name(OUTBOX, config.name), f"{config.name}: Kafka records ready to produce", outbox)
 
@@ -254,10 +261,10 @@ def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSt
 #: connector kind → the function that defines its datasets. The archive has none: its output is
 #: the object store, which is also where it keeps its position, so it has no tables to declare.
 DEFINERS: dict[str, Callable[[Graph, cfg.ConnectorConfig, TableStore], None]] = {
-    cfg.CPS_SINK: define_cps_sink,
-    cfg.CPS_SOURCE: define_cps_source,
-    cfg.LITE_SINK: define_lite_sink,
-    cfg.LITE_SOURCE: define_lite_source,
+    CPS_SINK: define_cps_sink,
+    CPS_SOURCE: define_cps_source,
+    LITE_SINK: define_lite_sink,
+    LITE_SOURCE: define_lite_source,
 }
 
 
@@ -265,14 +272,14 @@ def check_declarable(config: cfg.ConnectorConfig) -> None:
     """One line for a connector that has no declarative variant."""
     if config.kind not in DEFINERS:
         kinds = ", ".join(sorted(DEFINERS))
-        raise cfg.ConfigError(f"{config.source}: a {config.kind} connector has no declarative pipeline "
+        raise ConfigError(f"{config.source}: a {config.kind} connector has no declarative pipeline "
                               f"(connectors that have one: {kinds}); run it with `pubsub-connect run` or its job")
 
 
 def define(spark: SparkSession, dp: Any, run_config: cfg.RunConfig, store: TableStore) -> None:
     """Register the datasets of ``run_config``'s connector (exactly one) in the running pipeline."""
     if len(run_config.connectors) != 1:
-        raise cfg.ConfigError(f"a pipeline runs one connector, got {len(run_config.connectors)}")
+        raise ConfigError(f"a pipeline runs one connector, got {len(run_config.connectors)}")
     config = run_config.connectors[0]
     check_declarable(config)
     DEFINERS[config.kind](Graph(spark, dp, run_config.worker), config, store)

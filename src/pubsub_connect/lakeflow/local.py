@@ -35,27 +35,28 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.lakeflow.conf import pipeline_configuration, pipeline_root, pipeline_store, pipeline_warehouse
 from pubsub_connect.lakeflow.datasets import check_declarable
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage
+from pubsub_connect.model.error_text import clean_error
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 
 log = logging.getLogger(__name__)
 
 #: The job stages around the pipeline, per connector kind: (before the update, after it).
 JOB_STAGES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    cfg.CPS_SINK: ((), ("publish",)),
-    cfg.LITE_SINK: ((), ("publish",)),
-    cfg.CPS_SOURCE: (("pull",), ("produce",)),
-    cfg.LITE_SOURCE: (("pull",), ("produce",)),
+    CPS_SINK: ((), ("publish",)),
+    LITE_SINK: ((), ("publish",)),
+    CPS_SOURCE: (("pull",), ("produce",)),
+    LITE_SOURCE: (("pull",), ("produce",)),
 }
 
 #: The error class of ``raise_error``, as Spark logs it.
 USER_RAISED = "[USER_RAISED_EXCEPTION]"
 #: ``Flow spark_catalog.default.outbox_x has COMPLETED.`` → (dataset, state)
 _FLOW_EVENT = re.compile(r"^Flow '?(?:[^ ']*\.)?([^ .']+)'? (?:has|is) ([A-Z]+)\.")
-#: Spark's error class in front of a message and the SQL state behind it: not for users' eyes.
-_ERROR_DECORATION = re.compile(r"^\[[A-Z_.]+\]\s*|\s*SQLSTATE: \w+\.?$")
 
 
 def pipeline_spark_conf(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> dict[str, str]:
@@ -107,18 +108,12 @@ def write_spec(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig, connector_
         "name": f"pubsub-connect-{config.name}",
         "storage": (root / "system").as_uri(),
         "database": "default",
-        "configuration": {k: cfg.MASK if cfg.is_secret_key(k) else v for k, v in configuration.items()},
+        "configuration": {k: MASK if cfg.is_secret_key(k) else v for k, v in configuration.items()},
         "libraries": [{"glob": {"include": "definitions.py"}}],
     }
     path = spec_dir / "spark-pipeline.yml"
     path.write_text(json.dumps(spec, indent=2) + "\n")  # JSON is YAML
     return PipelineSpec(path, configuration)
-
-
-def clean_error(message: str) -> str:
-    """A pipeline error as one plain line: no error class, no SQL state."""
-    line = message.strip().splitlines()[0] if message.strip() else message
-    return _ERROR_DECORATION.sub("", line).strip()
 
 
 def raised_error(log_path: Path) -> str | None:
@@ -224,11 +219,12 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
     of its job stages (whose store finds the pipeline's tables). ``quiet_failures`` turns off the
     session's JVM failure loggers, as ``run`` does: for a process of its own (the CLI), not for a
     shared session."""
-    from pubsub_connect.pipelines.base import install_stop_signals, run_stages
+    from pubsub_connect.pipelines.runner.signals import install_stop_signals
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
     if len(run_config.connectors) != 1:
-        raise cfg.ConfigError("pipeline run takes one connector file")
+        raise ConfigError("pipeline run takes one connector file")
     config = run_config.connectors[0]
     check_declarable(config)
     worker = run_config.worker
@@ -237,7 +233,7 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
     ctx = build_context(worker, once=once, progress=emit,
                         store=lambda spark, _caps: pipeline_store(spark, worker, config.name, config.kind))
     if not (ctx.caps.native_kafka and ctx.caps.native_delta):
-        raise cfg.ConfigError("a declarative pipeline runs on Spark's Kafka connector and Delta Lake; "
+        raise ConfigError("a declarative pipeline runs on Spark's Kafka connector and Delta Lake; "
                               f"this session has {ctx.caps.describe()}")
     if quiet_failures:
         from pubsub_connect.io.spark import silence_query_failure_logs
@@ -266,7 +262,7 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
     stage after the pipeline starts once the first update has created the tables it reads."""
     from pubsub_connect.io.tables import BRONZE, TableRef
     from pubsub_connect.model.schemas import LITE_BRONZE, PUBSUB_BRONZE
-    from pubsub_connect.pipelines.base import run_stages
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
 
     errors: list[BaseException] = []
     threads: list[threading.Thread] = []
@@ -285,7 +281,7 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
 
     if before:
         # the first update reads the pulled bronze: it must exist before the puller's first commit
-        pulled = LITE_BRONZE if config.kind == cfg.LITE_SOURCE else PUBSUB_BRONZE
+        pulled = LITE_BRONZE if config.kind == LITE_SOURCE else PUBSUB_BRONZE
         ctx.store.ensure(TableRef(BRONZE, config.name), pulled)
         start(before)
     interval_s = max(int(ctx.worker.get("pipeline.trigger.interval.ms")) / 1000, 1.0)

@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pubsub_connect.model.error_text import first_line
+
 #: The event with which the pipeline runtime reports a successful update.
 COMPLETED_MESSAGE = "Run is COMPLETED."
 
@@ -48,11 +50,6 @@ _EVENTS = sys.stdout
 def _emit(record: dict[str, Any]) -> None:
     _EVENTS.write(json.dumps(record) + "\n")
     _EVENTS.flush()
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def start_server(spark_conf: dict[str, str]) -> str:
@@ -128,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         completed = run_update(Path(spec), start_server(spark_conf), configuration)
     except Exception as exc:
-        _emit({"result": "FAILED", "error": _first_line(exc)})
+        _emit({"result": "FAILED", "error": first_line(str(exc)) or type(exc).__name__})
         return 1
     _emit({"result": "COMPLETED" if completed else "FAILED", "error": None if completed else "no completion event"})
     return 0 if completed else 1

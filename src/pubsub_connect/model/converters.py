@@ -17,6 +17,12 @@ converters would attach an optional schema to the null; no caller can tell the d
 Also here, because both converters and the sink data model need them: :func:`java_text`
 (``toString`` of a Connect value; numbers via :mod:`pubsub_connect.model.javatext`, re-exported)
 and :func:`dump_json` (compact JSON the way Kafka's JsonConverter/Jackson writes it).
+
+Why one module of this length: it holds one contract, Kafka Connect's converter semantics, and
+:data:`CONVERTER_FACTORIES` is the one table of what exists. Most of the length is
+``JsonConverter``'s two halves (writing Jackson's JSON, reading the schema envelope), which share
+the value checks and :class:`ConverterError` messages with the other converters; split apart,
+the rules a record is judged by would sit in several files that must change together.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from pubsub_connect.model.connect import (
@@ -40,6 +46,7 @@ from pubsub_connect.model.connect import (
     Struct,
     Type,
 )
+from pubsub_connect.model.error_text import collapse
 from pubsub_connect.model.javatext import java_double_to_string, java_float_to_string, to_float32
 
 BYTE_ARRAY_CONVERTER = "org.apache.kafka.connect.converters.ByteArrayConverter"
@@ -69,19 +76,6 @@ NUMBER_CONVERTER_TYPES: dict[str, Type] = {
     FLOAT_CONVERTER: Type.FLOAT32,
     DOUBLE_CONVERTER: Type.FLOAT64,
 }
-
-#: Every accepted converter class name (for config validation).
-KNOWN_CONVERTERS: tuple[str, ...] = (
-    BYTE_ARRAY_CONVERTER,
-    STRING_CONVERTER,
-    JSON_CONVERTER,
-    SHORT_CONVERTER,
-    INTEGER_CONVERTER,
-    LONG_CONVERTER,
-    FLOAT_CONVERTER,
-    DOUBLE_CONVERTER,
-    BOOLEAN_CONVERTER,
-)
 
 _INT_RANGES = {
     Type.INT8: (-(1 << 7), (1 << 7) - 1),
@@ -533,7 +527,7 @@ class JsonConverter(Converter):
         try:
             doc = json.loads(bytes(data), parse_constant=_reject_constant)
         except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
-            raise ConverterError(f"JsonConverter: invalid JSON: {_one_line(str(e))}") from None
+            raise ConverterError(f"JsonConverter: invalid JSON: {collapse(str(e))}") from None
         except RecursionError:
             raise ConverterError("JsonConverter: invalid JSON: nested too deeply") from None
         if not self.schemas_enable:
@@ -594,10 +588,6 @@ def _require(schema: Schema | None, what: str) -> Schema:
     if schema is None:
         raise ConverterError(f"schema has no {what} schema")
     return schema
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _at(path: str) -> str:
@@ -766,22 +756,34 @@ def _json_kind(payload: Any) -> str:
     return type(payload).__name__
 
 
+#: The one table of ``key.converter`` / ``value.converter`` class names and what implements
+#: each (called with ``*.converter.schemas.enable``): config validation, the connectors' settings
+#: and :func:`make_converter` all read it, so a converter is accepted exactly when it exists.
+CONVERTER_FACTORIES: dict[str, Callable[[bool], Converter]] = {
+    BYTE_ARRAY_CONVERTER: lambda _schemas_enable: ByteArrayConverter(),
+    STRING_CONVERTER: lambda _schemas_enable: StringConverter(),
+    JSON_CONVERTER: JsonConverter,
+    SHORT_CONVERTER: lambda _schemas_enable: NumberConverter(SHORT_CONVERTER),
+    INTEGER_CONVERTER: lambda _schemas_enable: NumberConverter(INTEGER_CONVERTER),
+    LONG_CONVERTER: lambda _schemas_enable: NumberConverter(LONG_CONVERTER),
+    FLOAT_CONVERTER: lambda _schemas_enable: NumberConverter(FLOAT_CONVERTER),
+    DOUBLE_CONVERTER: lambda _schemas_enable: NumberConverter(DOUBLE_CONVERTER),
+    BOOLEAN_CONVERTER: lambda _schemas_enable: BooleanConverter(),
+}
+
+#: Every accepted converter class name, in the table's order (for config validation).
+KNOWN_CONVERTERS: tuple[str, ...] = tuple(CONVERTER_FACTORIES)
+
+
 def make_converter(class_name: str, schemas_enable: bool = True) -> Converter:
     """A converter for a ``key.converter`` / ``value.converter`` class name.
 
     ``schemas_enable`` is ``*.converter.schemas.enable`` and only matters for JsonConverter.
     An unknown class name is a configuration error (``ValueError``), not a data error.
     """
-    if class_name == BYTE_ARRAY_CONVERTER:
-        return ByteArrayConverter()
-    if class_name == STRING_CONVERTER:
-        return StringConverter()
-    if class_name == JSON_CONVERTER:
-        return JsonConverter(schemas_enable)
-    if class_name in NUMBER_CONVERTER_TYPES:
-        return NumberConverter(class_name)
-    if class_name == BOOLEAN_CONVERTER:
-        return BooleanConverter()
+    factory = CONVERTER_FACTORIES.get(class_name)
+    if factory is not None:
+        return factory(schemas_enable)
     raise ValueError(f"unsupported converter {class_name!r}; supported: {', '.join(KNOWN_CONVERTERS)}")
 
 
@@ -795,12 +797,14 @@ def shared_converter(class_name: str, schemas_enable: bool = True) -> Converter:
 __all__ = [
     "BOOLEAN_CONVERTER",
     "BYTE_ARRAY_CONVERTER",
+    "CONVERTER_FACTORIES",
     "DEFAULT_CONVERTER",
     "DOUBLE_CONVERTER",
     "FLOAT_CONVERTER",
     "INTEGER_CONVERTER",
     "JSON_CONVERTER",
     "KNOWN_CONVERTERS",
+    "KNOWN_HEADER_CONVERTERS",
     "LONG_CONVERTER",
     "NUMBER_CONVERTER_TYPES",
     "SHORT_CONVERTER",

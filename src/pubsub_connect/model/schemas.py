@@ -2,9 +2,18 @@
 
 Why in ``model``: they are pure data definitions; every stage and every backend (native Delta or
 delta-rs) creates and reads the tables with exactly these columns.
+
+The ``StructType``s here are the one definition of each table. Arrow schemas (``mapInArrow``
+outputs, delta-rs batches) are derived from them with :func:`to_arrow`, and DDL text, where
+Spark wants text, with ``StructType.simpleString()``; nothing else spells the columns out again.
+Columns that several tables share are defined once as field lists below and spliced in, in the
+same order as before, since column order is part of the contract.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pyspark.sql.types import (
     ArrayType,
@@ -18,18 +27,42 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 KAFKA_HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
-#: Spark's Kafka source columns (with headers), as the ingest stage reads them.
-KAFKA_RECORD_FIELDS = [
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
+#: Pub/Sub's attributes: name → value.
+PUBSUB_ATTRIBUTES = MapType(StringType(), StringType())
+
+#: Where a Kafka record came from (tracing, dedupe by a consumer, Lite's ``KAFKA`` ordering).
+KAFKA_COORDINATE_FIELDS = [
     StructField("topic", StringType()),
     StructField("partition", IntegerType()),
     StructField("offset", LongType()),
+]
+
+#: A record's raw key and value bytes.
+RAW_BYTES_FIELDS = [StructField("key", BinaryType()), StructField("value", BinaryType())]
+
+#: Why a record could not be converted (exception class and message).
+ERROR_FIELDS = [StructField("error_class", StringType()), StructField("error_message", StringType())]
+
+#: Spark's Kafka source columns (with headers), as the ingest stage reads them.
+KAFKA_RECORD_FIELDS = [
+    *RAW_BYTES_FIELDS,
+    *KAFKA_COORDINATE_FIELDS,
     StructField("timestamp", TimestampType()),
     StructField("timestampType", IntegerType()),
     StructField("headers", KAFKA_HEADERS),
+]
+
+#: The Kafka sink's input columns (explicit partition), which every outbox toward Kafka starts with.
+KAFKA_PRODUCE_FIELDS = [
+    *RAW_BYTES_FIELDS,
+    StructField("headers", KAFKA_HEADERS),
+    StructField("partition", IntegerType()),
+    StructField("timestamp", TimestampType()),
 ]
 
 #: bronze/<name> of the sink connectors: Kafka records verbatim plus when we ingested them.
@@ -39,23 +72,17 @@ KAFKA_BRONZE = StructType([*KAFKA_RECORD_FIELDS, StructField("ingest_time", Time
 #: coordinates (tracing, and dedupe by a consumer if it wants exactly-once).
 PUBSUB_OUTBOX = StructType([
     StructField("data", BinaryType()),
-    StructField("attributes", MapType(StringType(), StringType())),
+    StructField("attributes", PUBSUB_ATTRIBUTES),
     StructField("ordering_key", StringType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
+    *KAFKA_COORDINATE_FIELDS,
 ])
 
 #: dlq/<name> of connectors fed by Kafka: the record's coordinates and raw bytes plus why it failed.
 KAFKA_DLQ = StructType([
     StructField("stage", StringType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("error_class", StringType()),
-    StructField("error_message", StringType()),
+    *KAFKA_COORDINATE_FIELDS,
+    *RAW_BYTES_FIELDS,
+    *ERROR_FIELDS,
     StructField("failed_at", TimestampType()),
 ])
 
@@ -64,7 +91,7 @@ KAFKA_DLQ = StructType([
 PUBSUB_BRONZE = StructType([
     StructField("message_id", StringType()),
     StructField("data", BinaryType()),
-    StructField("attributes", MapType(StringType(), StringType())),
+    StructField("attributes", PUBSUB_ATTRIBUTES),
     StructField("ordering_key", StringType()),
     StructField("publish_time", TimestampType()),
     StructField("delivery_attempt", IntegerType()),
@@ -75,11 +102,7 @@ PUBSUB_BRONZE = StructType([
 #: outbox/<name> of the source connectors: the Kafka sink's input columns plus the source
 #: message id (one row per message id) and its publish time (bounds the dedupe look-up).
 KAFKA_OUTBOX = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("headers", KAFKA_HEADERS),
-    StructField("partition", IntegerType()),
-    StructField("timestamp", TimestampType()),
+    *KAFKA_PRODUCE_FIELDS,
     StructField("message_id", StringType()),
     StructField("publish_time", TimestampType()),
 ])
@@ -89,17 +112,15 @@ PUBSUB_DLQ = StructType([
     StructField("stage", StringType()),
     StructField("message_id", StringType()),
     StructField("subscription", StringType()),
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("attributes", MapType(StringType(), StringType())),
-    StructField("error_class", StringType()),
-    StructField("error_message", StringType()),
+    *RAW_BYTES_FIELDS,
+    StructField("attributes", PUBSUB_ATTRIBUTES),
+    *ERROR_FIELDS,
     StructField("failed_at", TimestampType()),
 ])
 
 
-# Pub/Sub Lite. Same columns as ``model.lite``'s Arrow schemas / DDL, all nullable so
-# that Spark DataFrames and Arrow batches append alike.
+# Pub/Sub Lite. All nullable so that Spark DataFrames and Arrow batches append alike; the Lite
+# model's Arrow batches mark the columns it always fills as required (``to_arrow(required=…)``).
 
 #: Lite's multi-valued attributes: name → values in order.
 LITE_ATTRIBUTES = MapType(StringType(), ArrayType(BinaryType()))
@@ -111,9 +132,7 @@ LITE_OUTBOX = StructType([
     StructField("data", BinaryType()),
     StructField("attributes", LITE_ATTRIBUTES),
     StructField("event_time", TimestampType()),
-    StructField("topic", StringType()),
-    StructField("partition", IntegerType()),
-    StructField("offset", LongType()),
+    *KAFKA_COORDINATE_FIELDS,
 ])
 
 #: A message as read from a Lite partition (the Lite source's Spark schema).
@@ -132,11 +151,25 @@ LITE_BRONZE = StructType([*LITE_MESSAGE_FIELDS, StructField("ingest_time", Times
 
 #: outbox/<name> of the Lite source: the Kafka record (explicit partition) and its Lite origin.
 LITE_KAFKA_OUTBOX = StructType([
-    StructField("key", BinaryType()),
-    StructField("value", BinaryType()),
-    StructField("headers", KAFKA_HEADERS),
-    StructField("partition", IntegerType()),
-    StructField("timestamp", TimestampType()),
+    *KAFKA_PRODUCE_FIELDS,
     StructField("lite_partition", LongType()),
     StructField("lite_offset", LongType()),
 ])
+
+
+def to_arrow(struct: StructType, *, required: Iterable[str] = ()) -> pa.Schema:
+    """The Arrow schema of ``struct`` (timestamps as UTC microseconds, Spark's own mapping).
+
+    ``required`` names the columns a producer of Arrow batches always fills, marked non-nullable
+    in the result: the Spark schema stays all-nullable (DataFrames and batches append alike), while
+    the batches keep saying which columns can never be null. Imports pyarrow only when called.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(struct, timezone="UTC")
+    required = set(required)
+    unknown = required - set(schema.names)
+    if unknown:
+        raise ValueError(f"required columns not in the schema: {sorted(unknown)}")
+    return pa.schema([f.with_nullable(False) if f.name in required else f for f in schema])

@@ -20,14 +20,17 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pubsub_connect.config import ConnectorConfig
-from pubsub_connect.io.pubsub import BatchPublisher, PublisherConfig
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.pubsub.publisher import BatchPublisher, PublisherConfig
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_sink import CpsSinkSettings, to_outbox
+from pubsub_connect.model.cps_sink.batch import to_outbox
+from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line
+from pubsub_connect.pipelines.context import PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import dead_letter
 from pubsub_connect.pipelines.kafka_ingest import ingest
+from pubsub_connect.pipelines.publish_stage import start_publishing
+from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -49,7 +52,7 @@ def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
     )
 
 
-def split_converted(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+def split_pubsub_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """``to_outbox`` rows of a bronze micro-batch → (outbox rows, dead-letter rows)."""
     good = (converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull())
             .select(*[f.name for f in PUBSUB_OUTBOX.fields]))
@@ -89,7 +92,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         # read its result (the JSON converters are Python, the costliest step of the stage)
         converted = to_outbox(batch, settings).persist()
         try:
-            good, bad = split_converted(converted)
+            good, bad = split_pubsub_outbox(converted)
             failed, empty = count_unpublishable(converted)
             dead_letter(ctx, config, dlq, bad, batch_id, failed)
             if empty:
@@ -101,7 +104,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
 
-class PublishPartition:
+class PubSubPublishPartition:
     """``mapInArrow`` function: publishes one Spark partition of outbox rows and yields how many
     were published. Raises (failing the task, hence the batch) unless every publish succeeded."""
 
@@ -123,7 +126,7 @@ def _messages(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[bytes, dict[s
             yield body, dict(attrs) if attrs else {}, key or ""
 
 
-def publish_batch(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int) -> int:
+def publish_to_pubsub(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int) -> int:
     """Publish a micro-batch; returns the number of messages Pub/Sub accepted.
 
     With ordering keys, rows of one key go to one task in Kafka order (``topic, partition,
@@ -135,7 +138,7 @@ def publish_batch(outbox_batch: DataFrame, publisher_config: PublisherConfig, ta
     else:
         rows = outbox_batch.repartition(tasks)
     counts = (rows.select("data", "attributes", "ordering_key")
-              .mapInArrow(PublishPartition(publisher_config), "published long")
+              .mapInArrow(PubSubPublishPartition(publisher_config), "published long")
               .collect())
     return sum(int(row.published) for row in counts)
 
@@ -143,18 +146,10 @@ def publish_batch(outbox_batch: DataFrame, publisher_config: PublisherConfig, ta
 def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     outbox = TableRef(OUTBOX, config.name)
     ctx.store.ensure(outbox, PUBSUB_OUTBOX)
-    publisher_config = PublisherConfig.from_connector(config)
+    publisher_config = cps_publisher_config(config)
     tasks = int(config.get("tasks.max"))
-
-    def process(batch: DataFrame, batch_id: int) -> None:
-        try:
-            published = publish_batch(batch, publisher_config, tasks)
-        except Exception as exc:
-            raise ConnectorError(f"publish of batch {batch_id} to {publisher_config.topic_path} failed: "
-                                 f"{error_line(exc)}") from exc
-        log.info("%s publish batch %d: %d messages", config.name, batch_id, published)
-
-    return ctx.start_batches(ctx.read_table_stream(outbox), config, "publish", process)
+    return start_publishing(ctx, config, outbox, publisher_config.topic_path,
+                            lambda batch: publish_to_pubsub(batch, publisher_config, tasks))
 
 
 STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]

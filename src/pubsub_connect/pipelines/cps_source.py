@@ -25,19 +25,20 @@ import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pubsub_connect.config import ConfigError, ConnectorConfig
-from pubsub_connect.io import pubsub
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.pubsub.leases import LeaseExtender, ack
+from pubsub_connect.io.pubsub.subscriber import PulledMessage, StreamingPuller, pull_batch, subscriber_client
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_source import (
-    CpsSourceSettings,
-    UnsupportedConverterError,
-    check_value_converter,
-    to_kafka_outbox,
-)
+from pubsub_connect.model.cps_source.batch import to_kafka_outbox
+from pubsub_connect.model.cps_source.reference import check_value_converter
+from pubsub_connect.model.cps_source.settings import CpsSourceSettings, UnsupportedConverterError
 from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
-from pubsub_connect.pipelines.base import PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.context import PipelineContext, Stage, query_name
 from pubsub_connect.pipelines.dead_letters import dead_letter
 from pubsub_connect.pipelines.kafka_produce import produce_stage
+from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
+from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,12 @@ def check_settings(config: ConnectorConfig) -> CpsSourceSettings:
 # --------------------------------------------------------------------------------------------
 
 
-def messages_to_arrow(messages: list[pubsub.PulledMessage], subscription: str) -> pa.Table:
+def messages_to_arrow(messages: list[PulledMessage], subscription: str) -> pa.Table:
     """Pulled messages as a bronze Arrow table (column order and types of ``PUBSUB_BRONZE``)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pubsub_connect.model.schemas import to_arrow
 
     now = datetime.now(timezone.utc)
-    schema = to_arrow_schema(PUBSUB_BRONZE, timezone="UTC")
+    schema = to_arrow(PUBSUB_BRONZE)
     return pa.Table.from_pydict({
         "message_id": [m.message_id for m in messages],
         "data": [m.data for m in messages],
@@ -108,39 +109,39 @@ class Puller:
         self.index = index
         self.app_id = f"{config.name}/pull-{index}"
         self.bronze = TableRef(BRONZE, config.name)
-        self.sub_config = pubsub.SubscriberConfig.from_connector(config)
+        self.sub_config = cps_subscriber_config(config)
         self.max_records = int(ctx.worker.get("pipeline.max.records.per.batch"))
         self.streaming = bool(config.get("cps.streamingPull.enabled"))
         self._subscriber: Any = None
-        self._streamer: pubsub.StreamingPuller | None = None
+        self._streamer: StreamingPuller | None = None
 
-    def _collect(self, window_s: float) -> list[pubsub.PulledMessage]:
+    def _collect(self, window_s: float) -> list[PulledMessage]:
         path = self.sub_config.subscription_path
         if self.streaming:
             if self._streamer is None:
-                self._streamer = pubsub.StreamingPuller(self.sub_config).start()
+                self._streamer = StreamingPuller(self.sub_config).start()
             return self._streamer.collect(self.max_records, window_s, idle_timeout=0.5)
         if self._subscriber is None:
-            self._subscriber = pubsub.subscriber_client(self.sub_config)
+            self._subscriber = subscriber_client(self.sub_config)
         per_request = int(self.config.get("cps.maxBatchSize"))
-        out: list[pubsub.PulledMessage] = []
+        out: list[PulledMessage] = []
         deadline = time.monotonic() + window_s
         while len(out) < self.max_records:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            got = pubsub.pull_batch(self._subscriber, path, min(per_request, self.max_records - len(out)),
+            got = pull_batch(self._subscriber, path, min(per_request, self.max_records - len(out)),
                                     timeout=max(remaining, 0.5) if not out else min(remaining, 1.0))
             if not got:
                 break
             out.extend(got)
         return out
 
-    def _ack(self, messages: list[pubsub.PulledMessage]) -> None:
+    def _ack(self, messages: list[PulledMessage]) -> None:
         if self._streamer is not None:
             self._streamer.ack(messages)
         else:
-            pubsub.ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
+            ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
 
     def run_batch(self, batch_id: int, window_s: float) -> int:
         """Pull one batch, commit it, ack it. Returns the number of messages (0: nothing came)."""
@@ -149,7 +150,7 @@ class Puller:
             return 0
         table = messages_to_arrow(messages, self.sub_config.subscription_path)
         if self._streamer is None:
-            with pubsub.LeaseExtender(self._subscriber, self.sub_config.subscription_path,
+            with LeaseExtender(self._subscriber, self.sub_config.subscription_path,
                                       [m.ack_id for m in messages], deadline_s=LEASE_S):
                 self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE, self.app_id, batch_id)
         else:  # the streaming client keeps extending leases of messages it holds
@@ -163,20 +164,19 @@ class Puller:
             self._streamer = None
 
 
-class PullLoop:
-    """The pull stage as an object with the parts of ``StreamingQuery`` the runner uses, so the
-    runner drives it like the Spark stages (progress lines, stop, failure)."""
+class PullLoop(SupervisedQuery):
+    """The pull stage as a :class:`SupervisedQuery`, so the runner drives it like the Spark
+    stages (progress lines, stop, failure)."""
 
     def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
         self.ctx = ctx
         self.config = config
-        self.name = query_name(config, "pull")
-        self.id = self.name
+        self._name = query_name(config, "pull")
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._lock = threading.Lock()
         self._batches = 0
-        self.recentProgress: list[dict[str, Any]] = []
+        self._progress: list[dict[str, Any]] = []
         pullers = int(config.get("tasks.max"))
         self._threads = [threading.Thread(target=self._run, args=(i,), name=f"{self.name}-{i}", daemon=True)
                          for i in range(pullers)]
@@ -203,9 +203,9 @@ class PullLoop:
                 idle_since = time.monotonic()
                 elapsed = max(time.monotonic() - started, 1e-6)
                 with self._lock:
-                    self.recentProgress.append({"batchId": self._batches, "numInputRows": count,
-                                                "processedRowsPerSecond": count / elapsed})
-                    self.recentProgress = self.recentProgress[-100:]
+                    self._progress.append({"batchId": self._batches, "numInputRows": count,
+                                           "processedRowsPerSecond": count / elapsed})
+                    self._progress = self._progress[-100:]
                     self._batches += 1
                 batch_id += 1
         except BaseException as exc:  # surfaced through exception()/awaitTermination
@@ -214,14 +214,28 @@ class PullLoop:
             puller.close()
 
     @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def id(self) -> str:
+        return self._name
+
+    @property
     def isActive(self) -> bool:
         return any(t.is_alive() for t in self._threads)
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        """The last 100 batches' progress, oldest first."""
+        with self._lock:
+            return list(self._progress)
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
         """The newest batch's progress (the runner ends a restart streak on it)."""
         with self._lock:
-            return self.recentProgress[-1] if self.recentProgress else None
+            return self._progress[-1] if self._progress else None
 
     def awaitTermination(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -250,7 +264,7 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> PullLoop:
 # --------------------------------------------------------------------------------------------
 
 
-def split_converted(fresh: DataFrame, converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+def split_kafka_outbox(fresh: DataFrame, converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """``to_kafka_outbox`` rows of the ``fresh`` bronze rows (those whose message id the outbox
     and DLQ do not hold yet) → (outbox rows, dead-letter rows)."""
     publish_times = fresh.groupBy("message_id").agg(F.min("publish_time").alias("publish_time"))
@@ -299,7 +313,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             fresh = batch.join(seen, "message_id", "left_anti").persist()
             converted = to_kafka_outbox(fresh, settings, start_counter).persist()
             try:
-                good, bad = split_converted(fresh, converted)
+                good, bad = split_kafka_outbox(fresh, converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
                 ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
             finally:

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pubsub_connect.config import ConnectorConfig
-from pubsub_connect.io.kafka_source import write_kafka
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.kafka.writer import write_kafka
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext
 
 log = logging.getLogger(__name__)
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.config.loader import ConnectorConfig, WorkerConfig
 from pubsub_connect.io import checkpoints
-from pubsub_connect.io.kafka_source import read_kafka
+from pubsub_connect.io.kafka.reader import read_kafka
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.schemas import KAFKA_BRONZE
-from pubsub_connect.pipelines.base import PipelineContext, kafka_client_options, spark_text_reader
+from pubsub_connect.pipelines.context import PipelineContext, kafka_client_options, spark_text_reader
 from pubsub_connect.pipelines.kafka_position import (
     GroupCommitter,
     auto_offset_reset,
@@ -40,10 +40,7 @@ def kafka_read_options(worker: WorkerConfig, config: ConnectorConfig) -> dict[st
     looks for the offsets of consumer group ``connect-<name>``.) Worker ``consumer.*`` keys and
     the connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options.
     """
-    options = kafka_client_options(worker, "consumer.")
-    for key, value in config.passthrough.items():
-        if key.startswith("consumer.override."):
-            options["kafka." + key[len("consumer.override."):]] = value
+    options = kafka_client_options(worker, "consumer.", config)
     # Spark takes the start as startingOffsets and refuses the client's own reset policy
     reset = auto_offset_reset(worker, config)
     options.pop("kafka.auto.offset.reset", None)

@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 
-from pubsub_connect.config import ConfigError, ConnectorConfig, WorkerConfig
-from pubsub_connect.io.consumer_groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
-from pubsub_connect.io.kafka_source import EARLIEST, LATEST, KafkaReadOptions, OffsetReader
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.loader import ConnectorConfig, WorkerConfig
+from pubsub_connect.io.kafka.groups import ConsumerGroupError, ConsumerGroupOffsets, Positions, connect_group
+from pubsub_connect.io.kafka.offsets import OffsetReader
+from pubsub_connect.io.kafka.read_options import EARLIEST, LATEST, KafkaReadOptions
 
 TopicPartition = tuple[str, int]
 

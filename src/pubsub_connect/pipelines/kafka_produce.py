@@ -1,7 +1,7 @@
 """The produce stage shared by the source connectors: ``outbox/<name>`` → ``kafka.topic``.
 
 Why shared: the Cloud Pub/Sub source and the Lite source end the same way — each micro-batch of
-the outbox goes to Kafka in one transaction with its marker (:mod:`pubsub_connect.io.kafka_txn`),
+the outbox goes to Kafka in one transaction with its marker (:mod:`pubsub_connect.io.kafka.transactions`),
 so ``read_committed`` consumers see every record once. They differ only in the order records
 must keep. The batch is brought into one Spark partition in that order and written by one
 executor task; the driver only collects the written count.
@@ -17,10 +17,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from pubsub_connect.config import ConnectorConfig
-from pubsub_connect.io.kafka_txn import RECORD_COLUMNS, TransactionalPartitionWriter
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.kafka.transactions import RECORD_COLUMNS, TransactionalPartitionWriter
 from pubsub_connect.io.tables import OUTBOX, TableRef
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery

@@ -30,25 +30,23 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
-from pubsub_connect.config import BYTE_ARRAY_CONVERTER, ConnectorConfig
-from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
-from pubsub_connect.io.pubsublite import (
-    LiteConnection,
-    LiteIOError,
-    LitePublishError,
-    PartitionPublisher,
-    default_router,
-    topic_partition_count,
-)
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.kafka.admin import partition_counts
+from pubsub_connect.io.pubsublite.admin import topic_partition_count
+from pubsub_connect.io.pubsublite.connection import LiteConnection, LiteIOError
+from pubsub_connect.io.pubsublite.publisher import LitePublishError, PartitionPublisher, default_router
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER
 from pubsub_connect.model.frames import map_in_arrow, schema_of
-from pubsub_connect.model.lite import outbox_messages, sink_outbox_batch
-from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, error_line
+from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
+from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import dead_letter
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
+from pubsub_connect.pipelines.publish_stage import start_publishing
+from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -61,8 +59,7 @@ KAFKA = "KAFKA"
 #: Output of the convert function: outbox columns, then why a row failed and its raw bytes. A
 #: type, not DDL text: a Spark Connect client (a declarative pipeline's) would have to ask the
 #: server to parse DDL, which a pipeline's query function may not do.
-CONVERTED = StructType([*LITE_OUTBOX.fields, StructField("error_class", StringType()),
-                        StructField("error_message", StringType()), StructField("raw_key", BinaryType()),
+CONVERTED = StructType([*LITE_OUTBOX.fields, *ERROR_FIELDS, StructField("raw_key", BinaryType()),
                         StructField("raw_value", BinaryType())])
 _BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
@@ -77,7 +74,7 @@ class LiteSinkSettings:
 
     @classmethod
     def from_connector(cls, config: ConnectorConfig) -> LiteSinkSettings:
-        conn = LiteConnection.from_connector(config)
+        conn = lite_connection(config)
         return cls(conn, conn.topic_path(str(config.get("pubsublite.topic"))),
                    str(config.get("pubsublite.ordering.mode")).upper())
 
@@ -90,22 +87,9 @@ class LiteSinkSettings:
 def kafka_partition_counts(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, int]:
     """Partitions of the Kafka topics the connector reads (``topics`` or ``topics.regex``),
     for those that exist now."""
-    import re
-
-    from confluent_kafka.admin import AdminClient
-
-    client = connection_settings(ctx.librdkafka_client("consumer", config))
-    metadata = AdminClient(with_client_logger(client)).list_topics(timeout=30)
     listed = config.get("topics")
-    pattern = None if listed else re.compile(str(config.get("topics.regex")))
-    counts = {}
-    for name, topic in metadata.topics.items():
-        if topic.error is not None:
-            continue
-        if (listed and name in listed) or (pattern is not None and not name.startswith("__")
-                                           and pattern.fullmatch(name)):
-            counts[name] = len(topic.partitions)
-    return counts
+    pattern = None if listed else str(config.get("topics.regex"))
+    return partition_counts(ctx.librdkafka_client("consumer", config), listed or (), pattern)
 
 
 def check_partitions(ctx: PipelineContext, config: ConnectorConfig, settings: LiteSinkSettings) -> int:
@@ -172,9 +156,9 @@ class ConvertPartition:
 
 def converted_arrow_schema() -> pa.Schema:
     """The Arrow form of :data:`CONVERTED` (built without a SparkSession: runs in tasks)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    from pubsub_connect.model.schemas import to_arrow
 
-    return to_arrow_schema(CONVERTED, timezone="UTC")
+    return to_arrow(CONVERTED)
 
 
 def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema) -> pa.RecordBatch:
@@ -191,13 +175,13 @@ def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema)
 
 
 def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
-    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split`."""
+    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split_lite_outbox`."""
     fn = ConvertPartition(str(config.get("key.converter")), bool(config.get("key.converter.schemas.enable")),
                           str(config.get("value.converter")), bool(config.get("value.converter.schemas.enable")))
     return map_in_arrow(bronze_batch.select(*_BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
 
 
-def split(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+def split_lite_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Converted rows → (outbox rows, ``KAFKA_DLQ``-shaped dead-letter rows)."""
     good = converted.filter(F.col("error_class").isNull()).select(*[f.name for f in LITE_OUTBOX.fields])
     bad = converted.filter(F.col("error_class").isNotNull()).select(
@@ -216,7 +200,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         # persisted: the Python conversion runs once although several actions read its result
         converted = converted_rows(batch, config).persist()
         try:
-            good, bad = split(converted)
+            good, bad = split_lite_outbox(converted)
             dead_letter(ctx, config, dlq, bad, batch_id)
             ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
@@ -230,7 +214,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 # --------------------------------------------------------------------------------------------
 
 
-class PublishPartition:
+class LitePublishPartition:
     """``mapInArrow`` function: publishes one Spark partition of outbox rows (sorted by Kafka
     partition and offset) and yields how many were published. Raises — failing the task, hence
     the batch — unless every message was acknowledged."""
@@ -264,7 +248,7 @@ class PublishPartition:
         yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
 
 
-def publish_batch(outbox_batch: DataFrame, settings: LiteSinkSettings, partition_count: int, tasks: int) -> int:
+def publish_to_lite(outbox_batch: DataFrame, settings: LiteSinkSettings, partition_count: int, tasks: int) -> int:
     """Publish a micro-batch; returns how many messages Lite acknowledged.
 
     Rows of one Kafka partition go to one task in offset order: a key's messages (one Kafka
@@ -272,7 +256,7 @@ def publish_batch(outbox_batch: DataFrame, settings: LiteSinkSettings, partition
     after the other, so the order holds across micro-batches too.
     """
     rows = outbox_batch.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-    counts = rows.mapInArrow(PublishPartition(settings, partition_count), "published long").collect()
+    counts = rows.mapInArrow(LitePublishPartition(settings, partition_count), "published long").collect()
     return sum(int(row.published) for row in counts)
 
 
@@ -283,17 +267,12 @@ def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     check_partitions(ctx, config, settings)
     tasks = int(config.get("tasks.max"))
 
-    def process(batch: DataFrame, batch_id: int) -> None:
-        try:
-            # per batch: partitions added to the Lite topic are used from the next batch on
-            count = topic_partition_count(settings.connection, settings.topic_path)
-            published = publish_batch(batch, settings, count, tasks)
-        except Exception as exc:
-            raise ConnectorError(f"publish of batch {batch_id} to {settings.topic_path} failed: "
-                                 f"{error_line(exc)}") from exc
-        log.info("%s publish batch %d: %d messages", config.name, batch_id, published)
+    def publish_batch(batch: DataFrame) -> int:
+        # per batch: partitions added to the Lite topic are used from the next batch on
+        count = topic_partition_count(settings.connection, settings.topic_path)
+        return publish_to_lite(batch, settings, count, tasks)
 
-    return ctx.start_batches(ctx.read_table_stream(outbox), config, "publish", process)
+    return start_publishing(ctx, config, outbox, settings.topic_path, publish_batch)
 
 
 STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]

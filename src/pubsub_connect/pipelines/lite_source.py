@@ -16,7 +16,7 @@
    batches. The mapping is total (every Lite
    message is a valid Kafka record), so no dead-letter table is involved.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch with a marker
-   that makes a replayed batch a no-op (``io.kafka_txn``): exactly once for ``read_committed``
+   that makes a replayed batch a no-op (``io.kafka.transactions``): exactly once for ``read_committed``
    consumers.
 """
 
@@ -30,26 +30,27 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from pubsub_connect.config import ConnectorConfig, WorkerConfig
+from pubsub_connect.config.loader import ConnectorConfig, WorkerConfig
 from pubsub_connect.io import checkpoints
 from pubsub_connect.io.checkpoints import lite_start_path
-from pubsub_connect.io.librdkafka import connection_settings, with_client_logger
-from pubsub_connect.io.lite_source import LiteReadOptions, read_lite
-from pubsub_connect.io.pubsublite import LiteConnection, LiteIOError, OffsetClient
+from pubsub_connect.io.kafka.admin import partition_count
+from pubsub_connect.io.pubsublite.connection import LiteIOError
+from pubsub_connect.io.pubsublite.data_source import LiteReadOptions, read_lite
+from pubsub_connect.io.pubsublite.offsets import OffsetClient
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
 from pubsub_connect.model.frames import map_in_arrow
-from pubsub_connect.model.lite import (
+from pubsub_connect.model.lite.arrow import kafka_outbox_batch
+from pubsub_connect.model.lite.source import (
     DEFAULT_SOURCE_CONVERTERS,
     LiteSourceConverters,
     UnsupportedLiteSourceConverter,
-    kafka_outbox_batch,
 )
-from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS
-from pubsub_connect.pipelines.base import ConnectorError, PipelineContext, Stage, librdkafka_client
+from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS, to_arrow
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, librdkafka_client
 from pubsub_connect.pipelines.kafka_produce import produce_stage
+from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -74,7 +75,7 @@ def resume_floor(ctx: PipelineContext, bronze: TableRef) -> dict[int, int]:
 
 
 def read_options(ctx: PipelineContext, config: ConnectorConfig, floor: dict[int, int]) -> LiteReadOptions:
-    conn = LiteConnection.from_connector(config)
+    conn = lite_connection(config)
     return LiteReadOptions(
         connection=conn,
         subscription=conn.subscription_path(str(config.get("pubsublite.subscription"))),
@@ -140,13 +141,10 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 
 def kafka_partition_count(worker: WorkerConfig, topic: str) -> int:
     """Partitions of ``kafka.topic`` now (explicit partitions need the count)."""
-    from confluent_kafka.admin import AdminClient
-
-    client = connection_settings(librdkafka_client(worker, "producer"))
-    found = AdminClient(with_client_logger(client)).list_topics(topic=topic, timeout=30).topics.get(topic)
-    if found is None or found.error is not None or not found.partitions:
+    count = partition_count(librdkafka_client(worker, "producer"), topic)
+    if count is None:
         raise ConnectorError(f"Kafka topic {topic} (kafka.topic) does not exist: create it first")
-    return len(found.partitions)
+    return count
 
 
 @dataclass(frozen=True)
@@ -161,7 +159,7 @@ class OutboxPartition:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         counter = self.round_robin_start
-        schema = to_arrow_schema(LITE_KAFKA_OUTBOX, timezone="UTC")
+        schema = to_arrow(LITE_KAFKA_OUTBOX)
         for chunk in batches:
             if chunk.num_rows == 0:
                 continue
@@ -170,18 +168,18 @@ class OutboxPartition:
             yield pa.Table.from_batches([out]).cast(schema).to_batches()[0]
 
 
-def to_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: int,
+def lite_to_kafka_outbox(bronze_rows: DataFrame, num_partitions: int, round_robin_start: int,
               converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS) -> DataFrame:
     """Bronze rows → Kafka outbox rows (``LITE_KAFKA_OUTBOX``), computed in one executor task."""
     ordered = bronze_rows.select(*_MESSAGE_COLUMNS).repartition(1).sortWithinPartitions("partition", "offset")
     return ordered.mapInArrow(OutboxPartition(num_partitions, round_robin_start, converters), LITE_KAFKA_OUTBOX)
 
 
-def to_outbox_stream(bronze_rows: DataFrame, num_partitions: int,
+def lite_to_kafka_outbox_stream(bronze_rows: DataFrame, num_partitions: int,
                      converters: LiteSourceConverters = DEFAULT_SOURCE_CONVERTERS) -> DataFrame:
     """Bronze rows → Kafka outbox rows for a *streaming* conversion (a declarative pipeline's
     streaming table), which has no order over a micro-batch and no counter carried from one to
-    the next: as :func:`to_outbox`, except that a record without a key goes to partition
+    the next: as :func:`lite_to_kafka_outbox`, except that a record without a key goes to partition
     ``pmod(xxhash64(lite_partition, lite_offset), num_partitions)`` instead of the next one in
     round-robin order: as even a spread, and the same on every replay."""
     rows = map_in_arrow(bronze_rows.select(*_MESSAGE_COLUMNS), OutboxPartition(num_partitions, 0, converters),
@@ -220,7 +218,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             if batch.isEmpty():
                 return
             # the outbox size as round-robin start: deterministic when this batch is replayed
-            out = to_outbox(batch, kafka_partition_count(ctx.worker, topic), ctx.store.row_count(outbox), converters)
+            out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), ctx.store.row_count(outbox),
+                                       converters)
             ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             batch.unpersist()

@@ -10,21 +10,22 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from pubsub_connect import config as cfg
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.config.keys import ARCHIVE, CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io.spark import Capabilities, build_session, capabilities
 from pubsub_connect.io.tables import TableStore, table_store
-from pubsub_connect.pipelines.base import PipelineContext, Stage
+from pubsub_connect.pipelines.context import PipelineContext, Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 #: connector kind → module (under pubsub_connect.pipelines) exposing ``STAGES``.
 PIPELINE_MODULES = {
-    cfg.CPS_SINK: "cps_sink",
-    cfg.CPS_SOURCE: "cps_source",
-    cfg.LITE_SINK: "lite_sink",
-    cfg.LITE_SOURCE: "lite_source",
-    cfg.ARCHIVE: "archive",
+    CPS_SINK: "cps_sink",
+    CPS_SOURCE: "cps_source",
+    LITE_SINK: "lite_sink",
+    LITE_SOURCE: "lite_source",
+    ARCHIVE: "archive.stage",
 }
 
 
@@ -41,6 +42,23 @@ def stages_for(kind: str) -> Sequence[Stage]:
             raise NotAvailableError(f"the {kind} connector is not available in this version") from None
         raise
     return module.STAGES
+
+
+def apply_tasks_max(run_config: cfg.RunConfig) -> None:
+    """``tasks.max`` (Connect's task count: a connector's parallelism) → the session's
+    ``spark.sql.shuffle.partitions``, unless the worker sets it.
+
+    The stages apply ``tasks.max`` themselves where they choose their parallelism (publish
+    partitions of the sinks, pullers of the Pub/Sub source); the shuffles of the convert stages
+    (joins, aggregations) take the session's partition count, so this sets that count to the
+    same number. A session is shared by the connectors of one run: the largest ``tasks.max``
+    wins. ``pubsub-connect run`` and the jobs call this before building the session, so a stage
+    runs with the same parallelism in both.
+    """
+    worker = run_config.worker
+    if "spark.sql.shuffle.partitions" not in worker.passthrough:
+        tasks = max(int(c.get("tasks.max")) for c in run_config.connectors)
+        worker.passthrough["spark.sql.shuffle.partitions"] = str(tasks)
 
 
 def build_context(worker: cfg.WorkerConfig, once: bool = True, progress: Callable[[str], None] = print,

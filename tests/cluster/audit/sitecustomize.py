@@ -188,7 +188,7 @@ def _patch_kafka(module: ModuleType) -> None:
 
 
 def _caller() -> str:
-    """The innermost project frame that asked for the rows (``pipelines/archive.py:505 process``)."""
+    """The innermost project frame that asked for the rows (``pipelines/archive/stage.py:120 process``)."""
     frame = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename

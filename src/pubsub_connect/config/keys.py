@@ -1,0 +1,320 @@
+"""Every config key, like Kafka Connect's ``ConfigDef``: name, type, default, range, allowed values.
+
+Why one table: the loader validates files with it, ``pubsub-connect validate`` and the worker's
+``/connector-plugins/…/config/validate`` answer from it, and the README's key lists follow it, so
+a key means the same everywhere. Per connector kind (the four Google connectors and the
+Block-GZIP archive sink): :data:`CONNECTOR_KEYS` (Connect's standard keys + the connector's own);
+the worker: :data:`WORKER_KEYS`. Converter names come from the data model's own table
+(:data:`~pubsub_connect.model.converters.KNOWN_CONVERTERS`), so a converter is accepted exactly
+when it is implemented.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.model.converters import (
+    BYTE_ARRAY_CONVERTER,
+    KNOWN_CONVERTERS,
+    KNOWN_HEADER_CONVERTERS,
+    SIMPLE_HEADER_CONVERTER,
+)
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+
+class _Required:
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+@dataclass(frozen=True)
+class Key:
+    """One config key, like a ``ConfigDef`` entry."""
+
+    name: str
+    type: str  # string | int | long | boolean | enum | list | password | class
+    default: Any = None
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+    min: int | None = None
+    max: int | None = None
+    aliases: tuple[str, ...] = ()
+    secret: bool = False
+    case_insensitive: bool = False
+
+    def parse(self, raw: str, source: str) -> Any:
+        value = raw.strip()
+        where = f"{source}: {self.name}={MASK if self.secret else raw!r}"
+        if self.type in ("string", "password", "class"):
+            parsed: Any = raw.strip() if self.type == "class" else raw
+        elif self.type == "boolean":
+            low = value.lower()
+            if low not in ("true", "false"):
+                raise ConfigError(f"{where} is not a boolean (allowed: true, false)")
+            parsed = low == "true"
+        elif self.type in ("int", "long"):
+            try:
+                parsed = int(value.replace("_", ""))
+            except ValueError:
+                raise ConfigError(f"{where} is not an integer") from None
+            hi = INT_MAX if self.type == "int" else LONG_MAX
+            lo = -INT_MAX - 1 if self.type == "int" else -LONG_MAX - 1
+            if not lo <= parsed <= hi:
+                raise ConfigError(f"{where} does not fit a Java {self.type}")
+        elif self.type == "enum":
+            match = [c for c in self.choices if (c.lower() == value.lower() if self.case_insensitive else c == value)]
+            if not match:
+                raise ConfigError(f"{where} is not allowed (allowed: {', '.join(self.choices)})")
+            parsed = match[0]
+        elif self.type == "list":
+            parsed = [item.strip() for item in value.split(",") if item.strip()]
+        else:  # pragma: no cover - definitions are static
+            raise AssertionError(self.type)
+        if isinstance(parsed, int) and not isinstance(parsed, bool):
+            if self.min is not None and parsed < self.min:
+                raise ConfigError(f"{where} is below the minimum {self.min} (allowed: {self.range_text()})")
+            if self.max is not None and parsed > self.max:
+                raise ConfigError(f"{where} is above the maximum {self.max} (allowed: {self.range_text()})")
+        return parsed
+
+    def range_text(self) -> str:
+        lo = "" if self.min is None else str(self.min)
+        hi = "" if self.max is None else str(self.max)
+        return f"[{lo}..{hi}]"
+
+
+def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> Key:
+    return Key(name, type_, default, doc, **kw)
+
+
+# Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).
+COMMON_KEYS: tuple[Key, ...] = (
+    _k("name", "string", REQUIRED, "Unique connector name: names its tables and checkpoints."),
+    _k("connector.class", "class", REQUIRED, "Java class name of the connector or a short alias."),
+    _k("tasks.max", "int", 1, "The connector's parallelism (Connect's task count): Spark partitions of the sinks' "
+       "publish, puller threads of the Cloud Pub/Sub source, and the session's shuffle partitions (convert's "
+       "joins) in run and the jobs unless spark.sql.shuffle.partitions is set (largest tasks.max of a run).",
+       min=1),
+    _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=KNOWN_CONVERTERS),
+    _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=KNOWN_CONVERTERS),
+    _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers. Pub/Sub sink: header "
+       "values become attributes as their UTF-8 text under each. Lite source: SimpleHeaderConverter writes "
+       "Base64 text of the attribute bytes (as Connect does), ByteArrayConverter the bytes.",
+       choices=KNOWN_HEADER_CONVERTERS),
+    _k("key.converter.schemas.enable", "boolean", True, "JsonConverter: keys use the schema envelope."),
+    _k("value.converter.schemas.enable", "boolean", True, "JsonConverter: values use the schema envelope."),
+    _k("errors.tolerance", "enum", "none", "none: stop at the first bad record; all: dead-letter it.",
+       choices=("none", "all")),
+    _k("errors.deadletterqueue.topic.name", "string", "",
+       "Also produce dead-lettered records to this Kafka topic (the DLQ Delta table always gets them)."),
+    _k("errors.deadletterqueue.context.headers.enable", "boolean", False,
+       "Add __connect.errors.* headers (topic, partition, offset, exception) to DLQ topic records."),
+    _k("errors.deadletterqueue.topic.replication.factor", "int", 3, "Accepted for compatibility (unused).",
+       min=-1),
+    _k("errors.log.enable", "boolean", False, "Log every dead-lettered record (without its bytes)."),
+)
+
+SINK_TOPIC_KEYS: tuple[Key, ...] = (
+    _k("topics", "list", None, "Kafka topics to consume (exactly one of topics / topics.regex)."),
+    _k("topics.regex", "string", None, "Pattern of Kafka topics to consume."),
+)
+
+GCP_CREDENTIAL_KEYS: tuple[Key, ...] = (
+    _k("gcp.credentials.file.path", "string", None,
+       "Service-account key file; default: GOOGLE_APPLICATION_CREDENTIALS / ADC.",
+       aliases=("gcp.sa.credentials.file.path",)),
+    _k("gcp.credentials.json", "password", None, "Service-account key JSON blob.",
+       aliases=("gcp.sa.credentials.json",), secret=True),
+)
+
+CPS_ENDPOINT = "pubsub.googleapis.com:443"
+
+CPS_SINK_KEYS: tuple[Key, ...] = (
+    _k("cps.topic", "string", REQUIRED, "Pub/Sub topic ID."),
+    _k("cps.project", "string", REQUIRED, "Project of the Pub/Sub topic."),
+    _k("cps.endpoint", "string", CPS_ENDPOINT, "Pub/Sub endpoint."),
+    _k("cps.useEmulator", "boolean", False, "Use PUBSUB_EMULATOR_HOST (no credentials, plaintext)."),
+    _k("maxBufferSize", "int", 100, "Messages per publish request (batch size).", min=1, max=1000),
+    _k("maxBufferBytes", "long", 9_500_000, "Bytes per publish request.", min=1, max=9_500_000),
+    _k("maxOutstandingRequestBytes", "long", LONG_MAX, "Flow control: outstanding bytes before blocking.", min=1),
+    _k("maxOutstandingMessages", "long", LONG_MAX, "Flow control: outstanding messages before blocking.", min=1),
+    _k("delayThresholdMs", "int", 100, "Max wait to fill a publish batch.", min=0,
+       aliases=("maxDelayThresholdMs",)),
+    _k("maxRequestTimeoutMs", "int", 10_000, "Timeout of one publish RPC.", min=1),
+    _k("maxTotalTimeoutMs", "int", 60_000, "Total timeout of a publish incl. retries.", min=1),
+    _k("maxShutdownTimeoutMs", "int", 60_000, "Max wait for outstanding publishes at shutdown.", min=0),
+    _k("enableCompression", "boolean", False, "gzip-compress publish requests."),
+    _k("compressionBytesThreshold", "long", 240, "Compress requests at least this large.", min=0),
+    _k("metadata.publish", "boolean", False, "Add kafka.topic/partition/offset/timestamp attributes."),
+    _k("headers.publish", "boolean", False, "Add Kafka headers as attributes (within Pub/Sub limits)."),
+    _k("orderingKeySource", "enum", "none", "Ordering key from: none, key, partition.",
+       choices=("none", "key", "partition")),
+    _k("messageBodyName", "string", "cps_message_body", "Struct field / map key that becomes the body."),
+    *GCP_CREDENTIAL_KEYS,
+)
+
+CPS_SOURCE_KEYS: tuple[Key, ...] = (
+    _k("cps.subscription", "string", REQUIRED, "Pub/Sub subscription ID."),
+    _k("cps.project", "string", REQUIRED, "Project of the subscription."),
+    _k("cps.endpoint", "string", CPS_ENDPOINT, "Pub/Sub endpoint."),
+    _k("cps.useEmulator", "boolean", False, "Use PUBSUB_EMULATOR_HOST (no credentials, plaintext)."),
+    _k("kafka.topic", "string", REQUIRED, "Kafka topic receiving the messages."),
+    _k("cps.maxBatchSize", "int", 100, "Messages per synchronous pull request.", min=1),
+    _k("cps.makeOrderingKeyAttribute", "boolean", False, "Copy the ordering key into the attributes."),
+    _k("kafka.key.attribute", "string", None, "Attribute used as Kafka key ('orderingKey' = ordering key)."),
+    _k("kafka.timestamp.attribute", "string", None, "Attribute (epoch ms) used as Kafka timestamp."),
+    _k("kafka.partition.count", "int", 1, "Partitions of kafka.topic.", min=1),
+    _k("kafka.partition.scheme", "enum", "round_robin", "How messages are assigned to Kafka partitions.",
+       choices=("round_robin", "hash_key", "hash_value", "kafka_partitioner", "ordering_key")),
+    _k("kafka.record.headers", "boolean", False, "Carry attributes as Kafka headers instead of a struct."),
+    _k("cps.streamingPull.enabled", "boolean", False, "Use streaming pull."),
+    _k("cps.streamingPull.flowControlMessages", "long", 1000, "Outstanding messages per task.", min=1),
+    _k("cps.streamingPull.flowControlBytes", "long", 100 * 1024 * 1024, "Outstanding bytes per task.", min=1),
+    _k("cps.streamingPull.parallelStreams", "int", 1, "Streaming pull streams per task.", min=1),
+    _k("cps.streamingPull.maxAckExtensionMs", "long", 0, "Max total ack extension (0 = library default).",
+       min=0),
+    _k("cps.streamingPull.maxMsPerAckExtension", "long", 0, "Max single ack extension (0 = default).", min=0),
+    *GCP_CREDENTIAL_KEYS,
+)
+
+LITE_COMMON: tuple[Key, ...] = (
+    _k("pubsublite.project", "string", REQUIRED, "Project of the Lite resource."),
+    _k("pubsublite.location", "string", REQUIRED, "Location (zone or region) of the Lite resource."),
+    _k("pubsublite.endpoint", "string", None, "Override the regional Lite endpoint (host:port)."),
+)
+
+LITE_SINK_KEYS: tuple[Key, ...] = (
+    _k("pubsublite.topic", "string", REQUIRED, "Lite topic ID."),
+    *LITE_COMMON,
+    _k("pubsublite.ordering.mode", "enum", "DEFAULT", "DEFAULT: key-hash routing; KAFKA: same partition number.",
+       choices=("DEFAULT", "KAFKA"), case_insensitive=True),
+    *GCP_CREDENTIAL_KEYS,
+)
+
+LITE_SOURCE_KEYS: tuple[Key, ...] = (
+    _k("pubsublite.subscription", "string", REQUIRED, "Lite subscription ID."),
+    *LITE_COMMON,
+    _k("kafka.topic", "string", REQUIRED, "Kafka topic receiving the messages."),
+    _k("pubsublite.partition_flow_control.messages", "long", LONG_MAX, "Outstanding messages per partition.",
+       min=1),
+    _k("pubsublite.partition_flow_control.bytes", "long", 20_000_000, "Outstanding bytes per partition.", min=1),
+    *GCP_CREDENTIAL_KEYS,
+)
+
+ARCHIVE_KEYS: tuple[Key, ...] = (
+    _k("s3.bucket", "string", None, "Target bucket (or use output.path for local / Volumes targets)."),
+    _k("s3.prefix", "string", "", "Prefix of every object key."),
+    _k("s3.endpoint", "string", None, "S3 endpoint URL (tests, S3-compatible stores)."),
+    _k("s3.path_style", "boolean", False, "Path-style bucket addressing."),
+    _k("s3.region", "string", None, "AWS region (default: the AWS credential chain's)."),
+    _k("output.path", "string", None, "Local directory or /Volumes/... path instead of S3."),
+    _k("local.buffer.dir", "string", REQUIRED,
+       "Existing directory, on every executor host, where a complete file is compressed before upload."),
+    _k("compressed_block_size", "long", 67_108_864,
+       "Uncompressed length per gzip block (Java String length: bytes for ASCII).", min=0),
+    _k("flush.size", "long", 0, "Records per file (0 = no count rotation).", min=0),
+    _k("rotate.interval.ms", "long", 0, "Record-time span per file (0 = no time rotation).", min=0),
+    _k("chunks.per.file", "int", 16, "Blocks per file before the file closes.", min=1),
+)
+
+CPS_SINK = "cps_sink"
+CPS_SOURCE = "cps_source"
+LITE_SINK = "lite_sink"
+LITE_SOURCE = "lite_source"
+ARCHIVE = "archive"
+
+CONNECTOR_CLASSES: dict[str, str] = {
+    "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector": CPS_SINK,
+    "com.google.pubsub.kafka.source.CloudPubSubSourceConnector": CPS_SOURCE,
+    "com.google.pubsublite.kafka.sink.PubSubLiteSinkConnector": LITE_SINK,
+    "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector": LITE_SOURCE,
+    "com.deviantart.kafka_connect_s3.S3SinkConnector": ARCHIVE,
+    # short aliases (Connect also accepts the simple class name)
+    "CloudPubSubSinkConnector": CPS_SINK,
+    "CloudPubSubSourceConnector": CPS_SOURCE,
+    "PubSubLiteSinkConnector": LITE_SINK,
+    "PubSubLiteSourceConnector": LITE_SOURCE,
+    "S3SinkConnector": ARCHIVE,
+    "cps-sink": CPS_SINK,
+    "cps-source": CPS_SOURCE,
+    "lite-sink": LITE_SINK,
+    "lite-source": LITE_SOURCE,
+    "archive": ARCHIVE,
+    "s3-sink": ARCHIVE,
+}
+
+SINK_KINDS = (CPS_SINK, LITE_SINK, ARCHIVE)
+
+CONNECTOR_KEYS: dict[str, tuple[Key, ...]] = {
+    CPS_SINK: COMMON_KEYS + SINK_TOPIC_KEYS + CPS_SINK_KEYS,
+    CPS_SOURCE: COMMON_KEYS + CPS_SOURCE_KEYS,
+    LITE_SINK: COMMON_KEYS + SINK_TOPIC_KEYS + LITE_SINK_KEYS,
+    LITE_SOURCE: COMMON_KEYS + LITE_SOURCE_KEYS,
+    ARCHIVE: COMMON_KEYS + SINK_TOPIC_KEYS + ARCHIVE_KEYS,
+}
+
+# Prefixes passed through untouched (Connect's client overrides).
+CONNECTOR_PREFIXES = ("consumer.override.", "producer.override.", "admin.override.")
+
+WORKER_KEYS: tuple[Key, ...] = (
+    _k("bootstrap.servers", "string", "127.0.0.1:9092", "Kafka brokers (host:port, comma separated)."),
+    _k("storage.root", "string", "./.pubsub-connect", "Where bronze/outbox/dlq tables and checkpoints live."),
+    _k("storage.catalog", "string", None, "Unity Catalog catalog for tables (Databricks)."),
+    _k("storage.schema", "string", None, "Unity Catalog schema for tables (Databricks)."),
+    _k("pipeline.kafka.implementation", "enum", "auto", "Kafka source/sink: auto, native, python.",
+       choices=("auto", "native", "python")),
+    _k("pipeline.tables.implementation", "enum", "auto", "Tables: auto, delta-spark, delta-rs.",
+       choices=("auto", "delta-spark", "delta-rs")),
+    _k("pipeline.trigger.interval.ms", "long", 1000, "Micro-batch interval in continuous mode.", min=0),
+    _k("pipeline.max.records.per.batch", "long", 100_000, "Max Kafka records per ingest micro-batch.", min=1),
+    _k("pipeline.max.files.per.trigger", "long", 0,
+       "Max Delta files per convert/publish micro-batch (0 = all available).", min=0),
+    _k("pipeline.restart.timeout.ms", "long", 300_000,
+       "How long a stage that failed on an unreachable service (Kafka broker, Pub/Sub) is restarted from its "
+       "checkpoint before the connector gives up (-1 = forever, 0 = never).", min=-1),
+    _k("pipeline.restart.backoff.max.ms", "long", 30_000,
+       "Longest wait between two restarts of a failing stage (the wait doubles from 1 s).", min=1),
+    _k("pipeline.batch.timeout.ms", "long", 900_000,
+       "A micro-batch still running after this long is taken as stuck (a wedged client or Python worker): "
+       "its stage is stopped and restarted from its checkpoint like after a transient failure (0 = never).", min=0),
+    _k("offset.flush.interval.ms", "long", 60_000,
+       "Continuous mode: the archive writes an open file at most this long after its first record arrived "
+       "(Connect commits, and the original archive sink uploads, at this interval).", min=0),
+    _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
+       "Kafka topic where source connectors record committed produce batches (exactly-once)."),
+    _k("listeners", "string", "http://127.0.0.1:8083",
+       "pubsub-connect worker: where Kafka Connect's REST API listens (http://host:port). Any address but "
+       "loopback requires rest.basic.auth.credentials.file."),
+    _k("rest.basic.auth.credentials.file", "string", None,
+       "pubsub-connect worker: user=password lines; when set, every REST request needs HTTP basic "
+       "authentication as one of these users."),
+    _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=KNOWN_CONVERTERS),
+    _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=KNOWN_CONVERTERS),
+    _k("header.converter", "enum", None, "Default header.converter for connectors.", choices=KNOWN_HEADER_CONVERTERS),
+    _k("key.converter.schemas.enable", "boolean", None, "Default for connectors."),
+    _k("value.converter.schemas.enable", "boolean", None, "Default for connectors."),
+)
+
+WORKER_PREFIXES = ("spark.", "consumer.", "producer.", "admin.")
+
+# Connect worker keys that have no meaning here; accepted quietly (the file came from Connect).
+WORKER_IGNORED = frozenset({
+    "offset.storage.file.filename", "plugin.path", "rest.port", "rest.host.name",
+    "group.id", "offset.storage.topic", "config.storage.topic", "status.storage.topic",
+    "offset.storage.replication.factor", "config.storage.replication.factor",
+    "status.storage.replication.factor", "internal.key.converter", "internal.value.converter",
+    "internal.key.converter.schemas.enable", "internal.value.converter.schemas.enable",
+    "config.providers", "config.providers.file.class", "config.providers.env.class",
+})
+
+# Keys a worker may give connectors as defaults (Kafka Connect semantics).
+INHERITED_BY_CONNECTORS = ("key.converter", "value.converter", "header.converter", "key.converter.schemas.enable",
+                           "value.converter.schemas.enable")

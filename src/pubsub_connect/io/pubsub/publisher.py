@@ -1,0 +1,376 @@
+"""Publishing to Cloud Pub/Sub: the publisher's settings and :class:`BatchPublisher`.
+
+:class:`PublisherConfig` holds the sink's publisher settings as primitives (the pipeline layer
+maps the connector's keys to it); :func:`publisher_settings` turns them into the official
+client's batching, flow control, retry and timeout settings; :class:`BatchPublisher` publishes
+one micro-batch partition and succeeds only if every message was accepted (at-least-once: a
+failed batch raises :class:`PublishError`, is not committed, and Spark retries it).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pubsub_connect.config.keys import LONG_MAX
+from pubsub_connect.io.pubsub.credentials import Connection
+from pubsub_connect.io.pubsub.errors import PubSubIOError
+from pubsub_connect.io.pubsub.publish_rpc import (
+    RESERVED_ATTRIBUTE_NAMES,
+    alias_reserved_attributes,
+    connector_publisher_class,
+)
+from pubsub_connect.model.error_text import one_line
+
+if TYPE_CHECKING:  # the client libraries are imported lazily: importing them costs ~0.5 s
+    from google.cloud import pubsub_v1
+    from google.cloud.pubsub_v1 import types as ps_types
+
+log = logging.getLogger(__name__)
+
+
+class PublishError(PubSubIOError):
+    """Some messages of a batch were not published. The batch must not be committed."""
+
+    def __init__(self, message: str, *, failed: int, total: int, first_error: BaseException | None,
+                 resumed_keys: Sequence[str] = ()):
+        super().__init__(message)
+        self.failed = failed
+        self.total = total
+        self.first_error = first_error
+        self.resumed_keys = tuple(resumed_keys)
+
+
+@dataclass(frozen=True)
+class PublisherConfig:
+    """The sink's publisher keys as primitives. Picklable; build clients from it in a worker."""
+
+    connection: Connection
+    topic: str
+    max_messages: int = 100
+    max_bytes: int = 9_500_000
+    max_latency_ms: int = 100
+    flow_control_messages: int = LONG_MAX
+    flow_control_bytes: int = LONG_MAX
+    request_timeout_ms: int = 10_000
+    total_timeout_ms: int = 60_000
+    shutdown_timeout_ms: int = 60_000
+    enable_message_ordering: bool = False
+    enable_compression: bool = False
+    compression_bytes_threshold: int = 240
+
+    @property
+    def topic_path(self) -> str:
+        return self.connection.topic_path(self.topic)
+
+
+#: Errors worth retrying for Publish. These are the codes the client's own default publish
+#: retry uses. Anything else (NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT) fails at once.
+def _publish_retry_predicate() -> Callable[[BaseException], bool]:
+    from google.api_core import exceptions as gexc
+    from google.api_core import retry as gretry
+
+    return gretry.if_exception_type(
+        gexc.Aborted, gexc.Cancelled, gexc.DeadlineExceeded, gexc.InternalServerError,
+        gexc.ResourceExhausted, gexc.ServiceUnavailable, gexc.Unknown,
+    )
+
+
+class _AttemptTimeout:
+    """Per-attempt RPC timeout, capped by what is left of the total budget.
+
+    This reproduces the Java settings the connector exposes: ``maxRequestTimeoutMs`` bounds one
+    RPC and ``maxTotalTimeoutMs`` bounds the call including retries. api_core offers
+    only one of the two per object (constant timeout, or time-to-deadline), so it is composed
+    here. api_core calls the instance once per logical call, which starts the total budget.
+    """
+
+    def __init__(self, attempt_s: float, total_s: float):
+        self.attempt_s = attempt_s
+        self.total_s = total_s
+
+    def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        start = time.monotonic()
+
+        @functools.wraps(func)
+        def with_timeout(*args: Any, **kwargs: Any) -> Any:
+            remaining = self.total_s - (time.monotonic() - start)
+            kwargs["timeout"] = max(0.5, min(self.attempt_s, remaining))
+            return func(*args, **kwargs)
+
+        return with_timeout
+
+    def __repr__(self) -> str:
+        return f"_AttemptTimeout(attempt_s={self.attempt_s}, total_s={self.total_s})"
+
+
+def _flow_control(max_messages: int, max_bytes: int) -> ps_types.PublishFlowControl:
+    """Long.MAX_VALUE (Google's default for both keys) means "no flow control". The client
+    then skips all accounting (IGNORE) instead of counting against a limit it never reaches.
+    With any finite limit it blocks (like Java's ``LimitExceededBehavior.Block``), and a key left
+    at Long.MAX_VALUE stays effectively unlimited."""
+    from google.cloud.pubsub_v1 import types
+
+    if max_messages >= LONG_MAX and max_bytes >= LONG_MAX:
+        return types.PublishFlowControl(message_limit=LONG_MAX, byte_limit=LONG_MAX,
+                                        limit_exceeded_behavior=types.LimitExceededBehavior.IGNORE)
+    return types.PublishFlowControl(message_limit=max_messages, byte_limit=max_bytes,
+                                    limit_exceeded_behavior=types.LimitExceededBehavior.BLOCK)
+
+
+
+def publisher_settings(config: PublisherConfig) -> tuple[ps_types.BatchSettings, ps_types.PublisherOptions]:
+    """``(BatchSettings, PublisherOptions)`` for ``pubsub_v1.PublisherClient`` from the sink keys.
+
+    - batching: ``maxBufferSize`` / ``maxBufferBytes`` / ``delayThresholdMs``;
+    - ordering: enabled whenever ``orderingKeySource`` is not ``none`` (the client rejects
+      ordering keys otherwise);
+    - flow control: ``maxOutstandingMessages`` / ``maxOutstandingRequestBytes``, blocking;
+    - retry: transient codes retried with backoff, each RPC bounded by ``maxRequestTimeoutMs``,
+      the whole call by ``maxTotalTimeoutMs``;
+    - OpenTelemetry off: it costs time per message and the pipelines report their own progress.
+
+    ``enableCompression`` is not a client setting in google-cloud-pubsub 2.44 (Java and Go
+    have it; Python does not). :func:`publisher_client` applies it per request instead.
+    """
+    from google.api_core import retry as gretry
+    from google.cloud.pubsub_v1 import types
+
+    total_s = config.total_timeout_ms / 1000.0
+    batch = types.BatchSettings(
+        max_bytes=config.max_bytes,
+        max_latency=config.max_latency_ms / 1000.0,
+        max_messages=config.max_messages,
+    )
+    retry = gretry.Retry(
+        predicate=_publish_retry_predicate(),
+        initial=0.1,
+        maximum=min(60.0, max(0.1, total_s)),
+        multiplier=2.0,
+        timeout=total_s,
+    )
+    options = types.PublisherOptions(
+        enable_message_ordering=config.enable_message_ordering,
+        flow_control=_flow_control(config.flow_control_messages, config.flow_control_bytes),
+        retry=retry,
+        timeout=_AttemptTimeout(config.request_timeout_ms / 1000.0, total_s),
+        enable_open_telemetry_tracing=False,
+    )
+    return batch, options
+
+
+
+
+def publisher_client(config: PublisherConfig) -> pubsub_v1.PublisherClient:
+    """An official ``PublisherClient`` configured from the sink keys (see :func:`publisher_settings`)."""
+    from google.pubsub_v1.services.publisher.transports.grpc import PublisherGrpcTransport
+
+    batch, options = publisher_settings(config)
+    cls = connector_publisher_class()
+    return cls(
+        batch, options,
+        connector_retry=options.retry,
+        connector_timeout=options.timeout,
+        compression_threshold=config.compression_bytes_threshold if config.enable_compression else None,
+        **config.connection.client_kwargs(PublisherGrpcTransport),
+    )
+
+
+@dataclass(frozen=True)
+class PublishStats:
+    """What one :meth:`BatchPublisher.publish_all` call did."""
+
+    messages: int
+    data_bytes: int
+    seconds: float
+
+    @property
+    def messages_per_second(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+
+#: One message to publish: ``(data, attributes or None, ordering_key or None)`` (an outbox row).
+OutboxMessage = tuple[bytes, "dict[str, str] | None", "str | None"]
+
+
+class BatchPublisher:
+    """Publishes one micro-batch partition and succeeds only if every message was accepted.
+
+    Build it from a :class:`PublisherConfig` anywhere. The client is created on first use, so
+    a pickled config becomes a working publisher inside a Spark Python worker. Not thread-safe:
+    one instance per task (per-key ordering depends on publishing from one thread anyway).
+
+    >>> with BatchPublisher(config) as pub:          # doctest: +SKIP
+    ...     stats = pub.publish_all(rows)          # raises PublishError if anything failed
+    """
+
+    #: Extra seconds granted on top of maxTotalTimeoutMs when waiting for a batch to make
+    #: progress: batching delay, flow control and scheduling.
+    PROGRESS_SLACK_S = 10.0
+
+    def __init__(self, config: PublisherConfig,
+                 client_factory: Callable[[PublisherConfig], Any] | None = None):
+        self.config = config
+        self._client_factory = client_factory or publisher_client
+        self._client: Any = None
+        self._closed = False
+
+    # The lazily built client is not picklable. A BatchPublisher may be pickled before use
+    # (e.g. captured in a Spark closure), so only the config travels.
+    def __getstate__(self) -> dict[str, Any]:
+        return {"config": self.config, "_client_factory": self._client_factory}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["config"], state["_client_factory"])  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        state = "open" if self._client else "lazy"
+        return f"BatchPublisher(topic={self.config.topic_path!r}, client={state})"
+
+    @property
+    def client(self) -> Any:
+        if self._closed:
+            raise PubSubIOError("BatchPublisher is closed")
+        if self._client is None:
+            self._client = self._client_factory(self.config)
+        return self._client
+
+    def publish_all(self, messages: Iterable[OutboxMessage], topic_path: str | None = None) -> PublishStats:
+        """Publish ``(data, attributes, ordering_key)`` tuples and wait for every result.
+
+        ``attributes`` and ``ordering_key`` may be ``None``/empty. Returns when all messages
+        have been acknowledged by Pub/Sub. Otherwise raises :class:`PublishError` (one line:
+        failure count, first error). Before raising, every ordering key with a failure is
+        resumed, so the retried batch can publish on it again. Messages that did get published
+        before a failure are published again by the retry (at-least-once).
+        """
+        topic = topic_path or self.config.topic_path
+        client = self.client
+        publish = client.publish
+        ordering = self.config.enable_message_ordering
+        reserved = RESERVED_ATTRIBUTE_NAMES
+        futures: list[Any] = []
+        keys: list[str] = []  # parallel to futures, only with ordering (to know what to resume)
+        add_future = futures.append
+        add_key = keys.append
+        data_bytes = 0
+        sync_error: BaseException | None = None
+        start = time.monotonic()
+        try:
+            for data, attributes, ordering_key in messages:
+                key = ordering_key or ""
+                if attributes:
+                    if not reserved.isdisjoint(attributes):
+                        attributes = self._alias_reserved(attributes)
+                    future = publish(topic, data, key, **attributes)
+                else:
+                    future = publish(topic, data, key)
+                add_future(future)
+                if ordering:
+                    add_key(key)
+                data_bytes += len(data)
+        except Exception as exc:  # a message the client refused synchronously (type, size, …)
+            sync_error = exc
+        failed, first_error, failed_keys = self._wait(futures, keys if ordering else None)
+        resumed = self._resume(topic, failed_keys)
+        seconds = time.monotonic() - start
+        if sync_error is not None or failed:
+            total = len(futures) + (1 if sync_error is not None else 0)
+            failures = failed + (1 if sync_error is not None else 0)
+            first = sync_error if sync_error is not None else first_error
+            secrets = self.config.connection.secrets()
+            detail = one_line(first, secrets) if first is not None else "unknown error"
+            where = "stopped at a message the client rejected; " if sync_error is not None else ""
+            resumed_text = f"; resumed {len(resumed)} ordering key(s)" if resumed else ""
+            raise PublishError(
+                f"publish to {topic} failed: {where}{failures} of {total} message(s) not published"
+                f"{resumed_text}; first error: {detail}",
+                failed=failures, total=total, first_error=first, resumed_keys=resumed,
+            )
+        return PublishStats(messages=len(futures), data_bytes=data_bytes, seconds=seconds)
+
+    def _alias_reserved(self, attributes: dict[str, str]) -> dict[str, str]:
+        self.client.aliased_attributes = True  # the client renames them back (publish_rpc)
+        return alias_reserved_attributes(attributes)
+
+    def _wait(self, futures: list[Any],
+              keys: list[str] | None) -> tuple[int, BaseException | None, list[str]]:
+        """Wait for every future. A batch with no progress for maxTotalTimeoutMs + slack counts
+        as failed, so a hung RPC cannot hang the Spark task for ever."""
+        cfg = self.config
+        stall_s = (cfg.total_timeout_ms + cfg.max_latency_ms) / 1000.0 + self.PROGRESS_SLACK_S
+        failed = 0
+        first_error: BaseException | None = None
+        failed_keys: dict[str, None] = {}
+        last_progress = time.monotonic()
+        stalled: BaseException | None = None  # once stalled, the rest is not waited for
+        for index, future in enumerate(futures):
+            if future.done():
+                exc = future.exception()
+            elif stalled is not None:
+                exc = stalled
+            else:
+                remaining = stall_s - (time.monotonic() - last_progress)
+                try:
+                    exc = future.exception(timeout=max(0.0, remaining))
+                except concurrent.futures.TimeoutError:
+                    exc = stalled = PubSubIOError(f"no publish result within {stall_s:.1f} s")
+                last_progress = time.monotonic()
+            if exc is not None:
+                failed += 1
+                if first_error is None:
+                    first_error = exc
+                if keys is not None and keys[index]:
+                    failed_keys[keys[index]] = None
+        return failed, first_error, list(failed_keys)
+
+    def _resume(self, topic: str, keys: list[str]) -> list[str]:
+        resumed = []
+        for key in keys:
+            try:
+                self.client.resume_publish(topic, key)
+                resumed.append(key)
+            except Exception as exc:  # never hide the publish failure behind a resume failure
+                log.warning("could not resume ordering key %r on %s: %s", key, topic, one_line(exc))
+        return resumed
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and stop the client, then close its channel. Waits at most ``timeout`` seconds
+        (default ``maxShutdownTimeoutMs``). After publish_all returned nothing is pending, so
+        this is quick. It matters after a failed batch, when publishes may still be in flight."""
+        if self._closed:
+            return
+        self._closed = True
+        client, self._client = self._client, None
+        if client is None:
+            return
+        timeout = self.config.shutdown_timeout_ms / 1000.0 if timeout is None else timeout
+        stopper = threading.Thread(target=_stop_publisher, args=(client,), name="pubsub-publisher-stop",
+                                   daemon=True)
+        stopper.start()
+        stopper.join(timeout)
+        if stopper.is_alive():
+            log.warning("Pub/Sub publisher did not stop within %.1f s; closing its channel anyway", timeout)
+        try:
+            client.transport.close()
+        except Exception as exc:
+            log.debug("closing publisher channel: %s", one_line(exc))
+
+    def __enter__(self) -> BatchPublisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _stop_publisher(client: Any) -> None:
+    try:
+        client.stop()
+    except Exception as exc:
+        log.debug("stopping publisher: %s", one_line(exc))

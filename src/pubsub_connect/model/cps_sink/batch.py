@@ -1,0 +1,391 @@
+"""Kafka bronze → Pub/Sub outbox for the convert stage: Spark column expressions where the
+converters allow, else the reference mapper over Arrow batches (see the package docstring).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from pubsub_connect.model.connect import DataError, Type
+from pubsub_connect.model.converters import (
+    BOOLEAN_CONVERTER,
+    BYTE_ARRAY_CONVERTER,
+    NUMBER_CONVERTER_TYPES,
+    STRING_CONVERTER,
+)
+from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, quote_name
+from pubsub_connect.model.cps_sink.settings import (
+    KEY_ATTRIBUTE,
+    MAX_ATTRIBUTE_KEY_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    MAX_ATTRIBUTES,
+    MAX_MESSAGE_BYTES,
+    MAX_ORDERING_KEY_BYTES,
+    OFFSET_ATTRIBUTE,
+    PARTITION_ATTRIBUTE,
+    TIMESTAMP_ATTRIBUTE,
+    TOPIC_ATTRIBUTE,
+    CpsSinkSettings,
+    PubsubLimitError,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+#: Converters whose output :func:`to_outbox` maps with Spark column expressions alone.
+_COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER)
+_COLUMN_VALUE_CONVERTERS = (
+    BYTE_ARRAY_CONVERTER,
+    STRING_CONVERTER,
+    BOOLEAN_CONVERTER,
+    *NUMBER_CONVERTER_TYPES,
+)
+
+# --------------------------------------------------------------------------------------------
+# Batch implementation
+# --------------------------------------------------------------------------------------------
+
+
+def uses_column_path(settings: CpsSinkSettings) -> bool:
+    """True when :func:`to_outbox` needs no Python at all (byte/string keys, non-JSON values)."""
+    return settings.key_converter in _COLUMN_KEY_CONVERTERS and settings.value_converter in _COLUMN_VALUE_CONVERTERS
+
+
+def converted_schema(with_skipped_headers: bool = False) -> StructType:
+    """Column contract of the rows :func:`to_outbox` returns: the outbox table's columns, then the
+    raw key and value and why a row failed (``skipped_headers int`` appended when asked for).
+    Given to ``mapInArrow`` as a type, not DDL text, since a Spark Connect client (a declarative
+    pipeline's) must ask the server to parse DDL, which a pipeline's query function may not do."""
+    from pyspark.sql.types import IntegerType, StructField, StructType
+
+    from pubsub_connect.model.schemas import ERROR_FIELDS, PUBSUB_OUTBOX, RAW_BYTES_FIELDS
+
+    fields = [*PUBSUB_OUTBOX.fields, *RAW_BYTES_FIELDS, *ERROR_FIELDS]
+    if with_skipped_headers:
+        fields.append(StructField("skipped_headers", IntegerType()))
+    return StructType(fields)
+
+
+def to_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, *, with_skipped_headers: bool = False) -> DataFrame:
+    """Bronze rows (Spark's Kafka source columns) -> outbox rows (:func:`converted_schema`).
+
+    Good rows: ``data``/``attributes``/``ordering_key`` set, ``key``/``value``/``error_*`` null.
+    Bad rows: ``error_class``/``error_message`` set, ``key``/``value`` carry the raw bytes, the
+    message columns null. Nothing to publish: message and error columns all null. ``topic``,
+    ``partition``, ``offset`` are always the source coordinates.
+    """
+    if uses_column_path(settings):
+        return _column_outbox(bronze_df, settings, with_skipped_headers)
+    columns = ["key", "value", "topic", "partition", "offset", "timestamp"]
+    if settings.headers_publish:
+        columns.append("headers")
+    from pubsub_connect.model.frames import map_in_arrow, schema_of
+    from pubsub_connect.model.schemas import KAFKA_BRONZE
+
+    return map_in_arrow(bronze_df.select(*columns), _ArrowMapper(settings, with_skipped_headers),
+                        converted_schema(with_skipped_headers), schema_of(KAFKA_BRONZE, columns))
+
+
+def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool) -> DataFrame:
+    """The mapping as column expressions, in stages: each stage's columns are computed once and
+    referenced by name later (one big expression would repeat sub-trees such as the attribute map
+    many times, and Spark does not share work across lambda functions)."""
+    from pyspark.sql import functions as F
+
+    from pubsub_connect.model.schemas import KAFKA_HEADERS
+
+    col = F.col
+    key, value = col("key"), col("value")
+
+    # Stage 1: key text, body, value-converter errors, attributes before headers.
+    key_text = F.make_valid_utf8(key.cast("string"))
+    value_error: Column = F.lit(None).cast("string")
+    # Number converters produce the same big-endian bytes they read: their body is the input
+    # once its length is right.
+    body = (
+        F.encode(F.make_valid_utf8(value.cast("string")), "UTF-8") if s.value_converter == STRING_CONVERTER else value
+    )
+    if s.value_converter in NUMBER_CONVERTER_TYPES:
+        width = {Type.INT16: 2, Type.INT32: 4, Type.INT64: 8, Type.FLOAT32: 4, Type.FLOAT64: 8}[
+            NUMBER_CONVERTER_TYPES[s.value_converter]
+        ]
+        short = s.value_converter.rsplit(".", 1)[-1]
+        value_error = F.when(
+            value.isNotNull() & (F.octet_length(value) != width),
+            F.format_string(f"value: {short}: expected {width} bytes, got %d", F.octet_length(value)),
+        )
+    elif s.value_converter == BOOLEAN_CONVERTER:
+        value_error = F.when(
+            value.isNotNull() & (F.octet_length(value) != 1),
+            F.format_string("value: BooleanConverter: expected 1 byte, got %d", F.octet_length(value)),
+        ).when(
+            value.isNotNull() & ~F.hex(value).isin("00", "01"),
+            F.format_string("value: BooleanConverter: expected byte 00 or 01, got %s", F.lower(F.hex(value))),
+        )
+
+    def entry(name: str, text: Column) -> Column:
+        return F.struct(F.lit(name).alias("key"), text.alias("value"))
+
+    entries = [F.when(key.isNotNull(), entry(KEY_ATTRIBUTE, key_text))]
+    if s.metadata_publish:
+        ts_ms = F.unix_millis(col("timestamp"))
+        entries += [
+            entry(TOPIC_ATTRIBUTE, col("topic")),
+            entry(PARTITION_ATTRIBUTE, col("partition").cast("string")),
+            entry(OFFSET_ATTRIBUTE, col("offset").cast("string")),
+            F.when(ts_ms.isNotNull() & (ts_ms >= 0), entry(TIMESTAMP_ATTRIBUTE, ts_ms.cast("string"))),
+        ]
+    stage1 = [
+        col("topic"),
+        col("partition").cast("int").alias("partition"),
+        col("offset").cast("long").alias("offset"),
+        key,
+        value,
+        key_text.alias("_key_text"),
+        F.coalesce(body, F.expr("X''")).alias("_data"),
+        value_error.alias("_value_error"),
+        # key, then metadata: none of these repeats an earlier name, so no overwrite to handle
+        F.map_from_entries(F.filter(F.array(*entries), lambda e: e.isNotNull())).alias("_base"),
+    ]
+    if s.headers_publish:
+        headers = F.coalesce(col("headers"), F.array().cast(KAFKA_HEADERS))
+        stage1.append(F.size(headers).alias("_header_count"))
+        # A header value's text is its UTF-8 decoding, each malformed byte sequence replaced by
+        # U+FFFD (as Connect's header converters decode it); the size limit applies to that text.
+        texts = F.transform(
+            F.filter(headers, lambda h: h["key"].isNotNull() & h["value"].isNotNull()),
+            lambda h: F.struct(h["key"].alias("key"), F.make_valid_utf8(h["value"].cast("string")).alias("value")),
+        )
+        stage1.append(
+            F.filter(
+                texts,
+                lambda h: (
+                    (F.octet_length(h["key"]) <= MAX_ATTRIBUTE_KEY_BYTES)
+                    & (F.octet_length(h["value"]) <= MAX_ATTRIBUTE_VALUE_BYTES)
+                ),
+            ).alias("_valid")
+        )
+    staged = df.select(*stage1)
+
+    # Stage 2: headers. The sequential rule (apply a header when its name is already an attribute
+    # or while there are fewer than 100; later headers overwrite) as set logic: the applied names
+    # are the attribute names that also appear in headers plus the first new header names that
+    # fit under the cap, each taking the value of its last valid occurrence. Records without
+    # valid headers (the common case) skip all of it: their ``_admitted`` is null.
+    if s.headers_publish:
+        base_keys = F.map_keys(col("_base"))
+        header_keys = F.transform(col("_valid"), lambda h: h["key"])
+        room = F.greatest(F.lit(MAX_ATTRIBUTES) - F.size(col("_base")), F.lit(0))
+        staged = staged.withColumn(
+            "_admitted",
+            F.when(
+                F.size(col("_valid")) > 0,
+                F.concat(
+                    F.filter(base_keys, lambda k: F.array_contains(header_keys, k)),
+                    F.slice(F.array_except(header_keys, base_keys), F.lit(1), room),
+                ),
+            ),
+        )
+        admitted = col("_admitted")
+        header_map = F.map_from_entries(
+            F.transform(
+                admitted,
+                lambda k: F.struct(
+                    k.alias("key"),
+                    F.element_at(F.filter(col("_valid"), lambda h: h["key"] == k), -1)["value"].alias("value"),
+                ),
+            )
+        )
+        attributes = F.when(admitted.isNull(), col("_base")).otherwise(
+            F.map_concat(F.map_filter(col("_base"), lambda k, v: ~F.array_contains(admitted, k)), header_map)
+        )
+        applied = F.size(F.filter(col("_valid"), lambda h: F.array_contains(admitted, h["key"])))
+        skipped = col("_header_count") - F.when(admitted.isNull(), F.lit(0)).otherwise(applied)
+    else:
+        attributes = col("_base")
+        skipped = F.lit(0)
+
+    if s.ordering_key_source == "key":
+        ordering = F.when(key.isNotNull() & (col("_key_text") != ""), col("_key_text")).otherwise(F.lit(""))
+    elif s.ordering_key_source == "partition":
+        ordering = col("partition").cast("string")
+    else:
+        ordering = F.lit("")
+    staged = staged.select(
+        "topic",
+        "partition",
+        "offset",
+        "key",
+        "value",
+        "_data",
+        "_value_error",
+        attributes.alias("_attributes"),
+        ordering.alias("_ordering"),
+        skipped.cast("int").alias("_skipped"),
+    )
+
+    # Stage 3: nothing to publish, and Pub/Sub's limits. Only the "key" attribute can break one
+    # here: metadata values are short, header names and values are filtered, and there are at
+    # most 5 attributes besides the capped headers.
+    data, attrs, ordering_col = col("_data"), col("_attributes"), col("_ordering")
+    publishable = (F.octet_length(data) > 0) | (F.size(attrs) > 0)
+    key_value_bytes = F.octet_length(F.element_at(attrs, F.lit(KEY_ATTRIBUTE)))
+    size = (
+        F.octet_length(data)
+        + F.aggregate(
+            F.map_entries(attrs),
+            F.lit(0).cast("long"),
+            lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]),
+        )
+        + F.octet_length(ordering_col)
+    )
+    limit_error = (
+        F.when(
+            key_value_bytes > MAX_ATTRIBUTE_VALUE_BYTES,
+            F.format_string(
+                f"attribute {quote_name(KEY_ATTRIBUTE)} value is %d bytes; "
+                f"Pub/Sub allows at most {MAX_ATTRIBUTE_VALUE_BYTES}",
+                key_value_bytes,
+            ),
+        )
+        .when(
+            F.octet_length(ordering_col) > MAX_ORDERING_KEY_BYTES,
+            F.format_string(
+                f"ordering key is %d bytes; Pub/Sub allows at most {MAX_ORDERING_KEY_BYTES}",
+                F.octet_length(ordering_col),
+            ),
+        )
+        .when(
+            size > MAX_MESSAGE_BYTES,
+            F.format_string(
+                "message is %d bytes (data, attribute keys and values, ordering key); "
+                f"Pub/Sub accepts at most {MAX_MESSAGE_BYTES}",
+                size,
+            ),
+        )
+    )
+    staged = staged.withColumn("_publishable", publishable).withColumn(
+        "_limit_error", F.when(col("_value_error").isNull() & col("_publishable"), limit_error)
+    )
+
+    error_message = F.coalesce(col("_value_error"), col("_limit_error"))
+    error_class = F.when(col("_value_error").isNotNull(), F.lit("ConverterError")).when(
+        col("_limit_error").isNotNull(), F.lit(PubsubLimitError.error_class)
+    )
+    ok = error_message.isNull() & col("_publishable")
+    failed = error_message.isNotNull()
+    out = [
+        F.when(ok, data).alias("data"),
+        F.when(ok, attrs).alias("attributes"),
+        F.when(ok, ordering_col).alias("ordering_key"),
+        col("topic"),
+        col("partition"),
+        col("offset"),
+        F.when(failed, key).alias("key"),
+        F.when(failed, value).alias("value"),
+        error_class.alias("error_class"),
+        error_message.alias("error_message"),
+    ]
+    if with_skipped_headers:
+        out.append(col("_skipped").alias("skipped_headers"))
+    return staged.select(*out)
+
+
+class _ArrowMapper:
+    """``mapInArrow`` function: each Arrow batch mapped with the reference implementation.
+
+    A module-level class (not a closure) so Spark pickles it by reference; workers import this
+    module, hence the editable/wheel install requirement.
+    """
+
+    def __init__(self, settings: CpsSinkSettings, with_skipped_headers: bool) -> None:
+        self.settings = settings
+        self.with_skipped_headers = with_skipped_headers
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        mapper = CpsSinkMapper(self.settings)
+        for batch in batches:
+            yield map_arrow_batch(mapper, batch, self.with_skipped_headers)
+
+
+@lru_cache(maxsize=2)
+def _arrow_schema(with_skipped_headers: bool) -> pa.Schema:
+    from pubsub_connect.model.schemas import to_arrow
+
+    return to_arrow(converted_schema(with_skipped_headers))
+
+
+def map_arrow_batch(mapper: CpsSinkMapper, batch: pa.RecordBatch, with_skipped_headers: bool = False) -> pa.RecordBatch:
+    """Map one Arrow batch of bronze columns to an outbox batch (columns converted once per batch)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    names = batch.schema.names
+    keys = batch.column("key").to_pylist()
+    values = batch.column("value").to_pylist()
+    topic_col = batch.column("topic")
+    partition_col = batch.column("partition")
+    offset_col = batch.column("offset")
+    topics = topic_col.to_pylist()
+    partitions = partition_col.to_pylist()
+    offsets = offset_col.to_pylist()
+    ts_col = batch.column("timestamp")
+    if pa.types.is_timestamp(ts_col.type):
+        micros = pc.cast(pc.cast(ts_col, pa.timestamp("us", tz=ts_col.type.tz)), pa.int64()).to_pylist()
+        timestamps = [None if t is None else t // 1000 for t in micros]
+    else:  # already epoch milliseconds
+        timestamps = ts_col.to_pylist()
+    header_lists = batch.column("headers").to_pylist() if "headers" in names else [None] * n
+
+    data: list[bytes | None] = [None] * n
+    attributes: list[list[tuple[str, str]] | None] = [None] * n
+    ordering: list[str | None] = [None] * n
+    out_keys: list[bytes | None] = [None] * n
+    out_values: list[bytes | None] = [None] * n
+    error_class: list[str | None] = [None] * n
+    error_message: list[str | None] = [None] * n
+    skipped: list[int] = [0] * n
+    for i in range(n):
+        hdrs = header_lists[i]
+        try:
+            result = mapper.map_values(
+                keys[i],
+                values[i],
+                topics[i],
+                partitions[i],
+                offsets[i],
+                timestamps[i],
+                [(h["key"], h["value"]) for h in hdrs] if hdrs else None,
+            )
+        except DataError as e:
+            error_class[i] = e.error_class
+            error_message[i] = str(e)
+            out_keys[i] = keys[i]
+            out_values[i] = values[i]
+            continue
+        skipped[i] = result.skipped_headers
+        message = result.message
+        if message is not None:
+            data[i] = message.data
+            attributes[i] = list(message.attributes.items())
+            ordering[i] = message.ordering_key
+    arrays = [
+        pa.array(data, pa.binary()),
+        pa.array(attributes, pa.map_(pa.string(), pa.string())),
+        pa.array(ordering, pa.string()),
+        topic_col.cast(pa.string()),
+        partition_col.cast(pa.int32()),
+        offset_col.cast(pa.int64()),
+        pa.array(out_keys, pa.binary()),
+        pa.array(out_values, pa.binary()),
+        pa.array(error_class, pa.string()),
+        pa.array(error_message, pa.string()),
+    ]
+    if with_skipped_headers:
+        arrays.append(pa.array(skipped, pa.int32()))
+    return pa.RecordBatch.from_arrays(arrays, schema=_arrow_schema(with_skipped_headers))

@@ -1,0 +1,108 @@
+"""The sink connector's options, record types, errors and Pub/Sub's limits: what the per-record
+reference and the batch implementation share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pubsub_connect.model.connect import DataError
+from pubsub_connect.model.converters import (
+    DEFAULT_CONVERTER,
+    KNOWN_CONVERTERS,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+DEFAULT_MESSAGE_BODY_NAME = "cps_message_body"
+ORDERING_KEY_SOURCES = ("none", "key", "partition")
+
+#: Pub/Sub resource limits (https://cloud.google.com/pubsub/quotas#resource_limits).
+MAX_ATTRIBUTES = 100
+MAX_ATTRIBUTE_KEY_BYTES = 256
+MAX_ATTRIBUTE_VALUE_BYTES = 1024
+MAX_ORDERING_KEY_BYTES = 1024
+#: The official publisher rejects a PublishRequest larger than this (google-cloud-pubsub
+#: ``_SERVER_PUBLISH_MAX_BYTES``).
+PUBLISH_REQUEST_MAX_BYTES = 10_000_000
+#: Room for the request's protobuf framing: topic path (<= ~310 bytes), message and field tags and
+#: lengths (<= ~20 bytes), and <= 9 bytes per attribute entry (<= 900 bytes).
+FRAMING_RESERVE_BYTES = 4_000
+#: Largest accepted data + attribute keys + attribute values + ordering key, in bytes.
+MAX_MESSAGE_BYTES = PUBLISH_REQUEST_MAX_BYTES - FRAMING_RESERVE_BYTES
+
+KEY_ATTRIBUTE = "key"
+TOPIC_ATTRIBUTE = "kafka.topic"
+PARTITION_ATTRIBUTE = "kafka.partition"
+OFFSET_ATTRIBUTE = "kafka.offset"
+TIMESTAMP_ATTRIBUTE = "kafka.timestamp"
+
+
+
+class UnsupportedValueError(DataError):
+    """A Connect value the Pub/Sub data model cannot express (nested struct/map, null in an array…)."""
+
+    error_class = "UnsupportedValueError"
+
+
+class PubsubLimitError(DataError):
+    """The message would break a Pub/Sub limit (size, attribute count/size, ordering key size)."""
+
+    error_class = "PubsubLimitError"
+
+
+@dataclass(frozen=True)
+class CpsSinkSettings:
+    """The sink keys that shape messages, already typed (``config`` builds this from properties)."""
+
+    message_body_name: str = DEFAULT_MESSAGE_BODY_NAME
+    metadata_publish: bool = False
+    headers_publish: bool = False
+    ordering_key_source: str = "none"
+    key_converter: str = DEFAULT_CONVERTER
+    value_converter: str = DEFAULT_CONVERTER
+    key_schemas_enable: bool = True
+    value_schemas_enable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.ordering_key_source not in ORDERING_KEY_SOURCES:
+            raise ValueError(
+                f"orderingKeySource must be one of {', '.join(ORDERING_KEY_SOURCES)}, got {self.ordering_key_source!r}"
+            )
+        for name in (self.key_converter, self.value_converter):
+            if name not in KNOWN_CONVERTERS:
+                raise ValueError(f"unsupported converter {name!r}; supported: {', '.join(KNOWN_CONVERTERS)}")
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One Kafka record as the sink sees it (a bronze row)."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str = ""
+    partition: int = 0
+    offset: int = 0
+    timestamp_ms: int | None = None
+    headers: Sequence[tuple[str, bytes | None]] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class PubsubMessage:
+    """What gets published: ``ordering_key`` is ``""`` when none is set."""
+
+    data: bytes
+    attributes: dict[str, str]
+    ordering_key: str = ""
+
+
+@dataclass(frozen=True)
+class SinkResult:
+    """A mapped record: ``message`` is None when there is nothing to publish."""
+
+    message: PubsubMessage | None
+    skipped_headers: int = 0

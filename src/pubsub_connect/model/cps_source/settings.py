@@ -1,0 +1,218 @@
+"""The source connector's options, record types, errors and constants: what the per-record
+reference and the batch implementation share.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pubsub_connect.model.connect import STRING, DataError
+from pubsub_connect.model.converters import (
+    BYTE_ARRAY_CONVERTER,
+    JSON_CONVERTER,
+)
+
+if TYPE_CHECKING:
+    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Names and constants
+# ---------------------------------------------------------------------------------------------
+
+#: ``kafka.key.attribute`` value that selects the ordering key; also the header/field name used
+#: when ``cps.makeOrderingKeyAttribute=true``.
+ORDERING_KEY_ATTRIBUTE = "orderingKey"
+#: Struct field carrying the message data.
+MESSAGE_FIELD = "message"
+
+ROUND_ROBIN = "round_robin"
+HASH_KEY = "hash_key"
+HASH_VALUE = "hash_value"
+KAFKA_PARTITIONER = "kafka_partitioner"
+ORDERING_KEY = "ordering_key"
+PARTITION_SCHEMES = (ROUND_ROBIN, HASH_KEY, HASH_VALUE, KAFKA_PARTITIONER, ORDERING_KEY)
+
+#: Kafka's "no timestamp" (``RecordBatch.NO_TIMESTAMP``): Connect turns it into a null timestamp.
+NO_TIMESTAMP = -1
+#: Largest accepted timestamp: 9999-12-31T23:59:59.999Z in epoch ms.
+MAX_TIMESTAMP_MS = 253_402_300_799_999
+
+#: Schema of the attribute fields of the STRUCT value. Required STRING like the original
+#: (``Schema.STRING_SCHEMA``): attribute values are never null, and the JsonConverter envelope
+#: schema then matches the original's (``"optional":false``).
+ATTRIBUTE_FIELD_SCHEMA = STRING
+
+INT_MIN = -(1 << 31)
+MASK32 = 0xFFFFFFFF
+LONG_MIN = -(1 << 63)
+LONG_MAX = (1 << 63) - 1
+#: Java ``Long.valueOf`` syntax, checked after other decimal digits became ASCII (see
+#: :func:`unicode_digits`). ``\Z`` (Python) / ``\z`` (Java, used in Spark) anchor at the very end:
+#: ``$`` would accept a trailing newline that Java rejects.
+LONG_RE = re.compile(r"[+-]?[0-9]+\Z")
+LONG_SQL_RE = r"^[+-]?[0-9]+\z"
+
+
+@functools.cache
+def unicode_digits() -> tuple[str, str, dict[int, int]]:
+    """Every non-ASCII Unicode decimal digit (category Nd), its ASCII digit, and the table.
+
+    Java's ``Long.valueOf`` reads any of them through ``Character.digit`` (``"١٢٣"`` is 123), so
+    both paths map them to ASCII before the syntax check. Follows this Python's Unicode version
+    (Java 17's is older: a digit added since is a digit here only). Built on first use (a scan of
+    every code point, ~0.3 s).
+    """
+    digits = "".join(chr(c) for c in range(0x110000) if unicodedata.category(chr(c)) == "Nd" and not 0x30 <= c <= 0x39)
+    ascii_digits = "".join(str(unicodedata.decimal(d)) for d in digits)
+    return digits, ascii_digits, str.maketrans(digits, ascii_digits)
+
+
+#: Output schema of :func:`to_kafka_outbox` (the Kafka outbox table contract).
+OUTBOX_COLUMNS = (
+    "key",
+    "value",
+    "headers",
+    "partition",
+    "timestamp",
+    "message_id",
+    "error_class",
+    "error_message",
+)
+HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+ATTRIBUTES_TYPE = "map<string,string>"
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+class UnsupportedConverterError(ValueError):
+    """``value.converter`` cannot serialize the values this connector produces (config error)."""
+
+
+class InvalidTimestampError(DataError):
+    """The timestamp attribute is a long outside the range Kafka and the outbox accept."""
+
+    error_class = "InvalidTimestampError"
+
+
+class KeyConverterError(DataError):
+    """``key.converter`` is a number or boolean converter and the message has a (string) key."""
+
+    error_class = "KeyConverterError"
+
+
+class DuplicateFieldError(DataError):
+    """An attribute would become a second struct field named ``message`` or ``orderingKey``."""
+
+    error_class = "DuplicateFieldError"
+
+
+def timestamp_error_message(attribute: str, value: int | str) -> str:
+    return (
+        f"kafka.timestamp.attribute '{attribute}' = {value} is outside the Kafka timestamp range "
+        f"0..{MAX_TIMESTAMP_MS} ms"
+    )
+
+
+def key_converter_message(converter: str) -> str:
+    short = converter.rsplit(".", 1)[-1]
+    return (
+        f"key.converter={short} cannot write the message's key, a string; "
+        "use StringConverter or JsonConverter, or unset kafka.key.attribute"
+    )
+
+
+def duplicate_field_message(name: str) -> str:
+    return (
+        f"attribute '{name}' collides with the value struct field '{name}'; "
+        "rename the attribute or set kafka.record.headers=true"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings and records
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpsSourceSettings:
+    """The options of the source connector that the data model depends on.
+
+    Deliberately independent of the config module, so the model stays a pure function of these
+    values (and picklable for Spark workers).
+    """
+
+    kafka_key_attribute: str | None = None
+    kafka_timestamp_attribute: str | None = None
+    make_ordering_key_attribute: bool = False
+    kafka_record_headers: bool = False
+    partition_scheme: str = ROUND_ROBIN
+    partition_count: int = 1
+    value_converter: str = JSON_CONVERTER
+    value_schemas_enable: bool = True
+    #: ``ByteArrayConverter`` (Connect's default) writes the key as UTF-8 here: see the package
+    #: docstring for why that differs from the original.
+    key_converter: str = BYTE_ARRAY_CONVERTER
+    key_schemas_enable: bool = True
+
+    def __post_init__(self) -> None:
+        if self.partition_scheme not in PARTITION_SCHEMES:
+            raise ValueError(
+                f"kafka.partition.scheme={self.partition_scheme!r} is not one of {', '.join(PARTITION_SCHEMES)}"
+            )
+        if isinstance(self.partition_count, bool) or not isinstance(self.partition_count, int):
+            raise ValueError(f"kafka.partition.count={self.partition_count!r} is not an integer")
+        if self.partition_count < 1:
+            raise ValueError(f"kafka.partition.count={self.partition_count} must be at least 1")
+
+    @property
+    def standard_attributes(self) -> frozenset[str]:
+        """Attributes that are not "custom": the key and timestamp attributes (when set)."""
+        return frozenset(a for a in (self.kafka_key_attribute, self.kafka_timestamp_attribute) if a is not None)
+
+
+@dataclass(frozen=True)
+class PubsubReceived:
+    """One received Pub/Sub message (what the bronze table holds per row)."""
+
+    message_id: str
+    data: bytes = b""
+    attributes: dict[str, str] = field(default_factory=dict)
+    ordering_key: str = ""
+    publish_time_ms: int | None = 0
+
+
+@dataclass(frozen=True)
+class KafkaOutRecord:
+    """A record ready for the Kafka producer. ``partition`` None = the producer decides."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One row of the Kafka outbox as the reference computes it (mirrors :data:`OUTBOX_COLUMNS`).
+
+    Dead-letter rows carry ``error_class``/``error_message``, the key, the raw data as ``value``,
+    no headers and null ``partition``/``timestamp_ms``.
+    """
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    partition: int | None
+    timestamp_ms: int | None
+    message_id: str
+    error_class: str | None = None
+    error_message: str | None = None
