@@ -182,6 +182,10 @@ def test_jvm_errors_are_classified_by_the_java_classes_of_their_cause_chain(caus
     ("org.apache.kafka.common.errors.TopicAuthorizationException: Not authorized to access topics: [t]", False),
     ("cimpl.KafkaException: KafkaError{code=TOPIC_AUTHORIZATION_FAILED,val=29,str=\"Timed out\"}", False),
     ("the service said: Connection refused", False),  # words without a type or code decide nothing
+    # Spark's one untyped failure, in the forms it reaches the driver: a JVM line, or bare
+    ("org.apache.spark.SparkException: Python worker failed to connect back.", True),
+    ("Python worker failed to connect back.", True),
+    ("[STREAM_FAILED] Query [id = 1] terminated with exception: Python worker failed to connect back.", True),
 ])
 def test_type_and_code_names_quoted_in_an_errors_text_decide(text: str, transient: bool) -> None:
     assert is_transient(text) is transient

@@ -1,4 +1,4 @@
-"""The base error of the Pub/Sub and Pub/Sub Lite I/O and the one-line form of any error.
+"""The base error of the Pub/Sub and Pub/Sub Lite I/O.
 
 Errors raised here reach users (the CLI, a connector's ``FAILED`` trace), so each is one line
 and never contains a secret: ``model.error_text.one_line`` is how an underlying client error

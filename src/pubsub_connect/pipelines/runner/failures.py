@@ -1,4 +1,5 @@
-"""Which stage failures a restart can fix, and the one line shown for a failure.
+"""Which stage failures a restart can fix (the one line shown for a failure is
+:func:`pubsub_connect.model.error_text.error_line`).
 
 Why by type: a failure is transient when a service was unreachable or slow (gRPC UNAVAILABLE,
 a Kafka broker down, a refused connection, a timeout) and permanent when the data, the
@@ -82,10 +83,11 @@ TRANSIENT_ERRNOS = frozenset({
     errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE,
 })
 
-#: Spark failures that carry no type of their own (a plain ``SparkException``), by their fixed
-#: message: Spark gives a new Python worker a hard-coded 10 s to connect back, which an
-#: overloaded machine misses.
-TRANSIENT_SPARK_FAILURES = ("org.apache.spark.SparkException: Python worker failed to connect back",)
+#: Spark failures that carry no type of their own, by their fixed message: Spark gives a new
+#: Python worker a hard-coded 10 s to connect back, which an overloaded machine misses. The
+#: message reaches the driver in several wrappers (a JVM ``SparkException`` line, or bare as
+#: the message of the batch's failure), so it is looked for on its own.
+TRANSIENT_SPARK_FAILURES = ("Python worker failed to connect back",)
 
 TRANSIENT, PERMANENT = "transient", "permanent"
 
