@@ -3,7 +3,7 @@
 Why every key is checked on its own: Connect's validate answers with each key's errors at once
 (``configs[].value.errors``, ``error_count``), so a UI can mark every bad field; loading a
 config for a run stops at the first error instead. The checks are the loader's own
-(:class:`pubsub_connect.config.Key` and the cross-key rules), so the two cannot disagree.
+(:class:`pubsub_connect.config.keys.Key` and the cross-key rules), so the two cannot disagree.
 """
 
 from __future__ import annotations
