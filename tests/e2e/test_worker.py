@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, p
 from pubsub_connect.io.kafka.groups import ConsumerGroupOffsets
 from pubsub_connect.io.services.process import free_port
 from unit.test_connect_rest import call
+from waiting import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -65,16 +65,16 @@ class Worker:
     def wait_for(self, condition, what: str, timeout_s: float = 300) -> None:
         """Poll ``condition`` (an HTTP read) until true; fail naming ``what`` and the log's tail
         if the worker exits or the time is up."""
-        pause = threading.Event()
-        for _ in range(int(timeout_s / 0.25)):
+
+        def worker_alive_and_condition() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise AssertionError(f"worker exited ({self.proc.returncode}) waiting for {what}:\n"
                                      f"{self.log.read_text()[-3000:]}")
-            if condition():
-                return
-            pause.wait(0.25)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.log.read_text()[-3000:]}")
+            return bool(condition())
+
+        wait_until(worker_alive_and_condition, timeout_s, lambda: f"{what}:\n{self.log.read_text()[-3000:]}",
+                   interval_s=0.25)
 
     def state(self, name: str) -> str | None:
         status, body = self.request("GET", f"/connectors/{name}/status")
