@@ -61,9 +61,6 @@ class ConfigProviders:
     def _matches(self, text: str) -> Iterable[re.Match[str]]:
         return self._pattern.finditer(text) if self._pattern else ()
 
-    def contains_reference(self, text: str) -> bool:
-        return any(True for _ in self._matches(text))
-
     def contains_secret_reference(self, text: str) -> bool:
         return any(self._provider_of(m).secret for m in self._matches(text))
 

@@ -79,9 +79,6 @@ class SecretResolver:
         """Resolved secret values (non-empty), longest first so redaction never leaves a tail."""
         return sorted({v for v in self._cache.values() if v}, key=lambda v: (-len(v), v))
 
-    def contains_reference(self, text: str) -> bool:
-        return self._secrets_only.contains_reference(text)
-
     def resolve(self, text: str, source: str, key: str) -> str:
         """``text`` with every secret reference (and only those) replaced by the secret's value."""
         return self._secrets_only.resolve(text, source, key)
