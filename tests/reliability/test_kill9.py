@@ -81,9 +81,12 @@ def test_kill_9_five_times_every_connector_keeps_its_promise(
     # Delta txn ids, the transactional produce with its markers); the native engine's restarts are
     # tested per connector (tests/e2e: the Lite kill -9 tests, the archive's, the Cloud Pub/Sub
     # source's restart test).
+    # One table file per micro-batch downstream of bronze, as at most RECORDS_PER_BATCH per batch
+    # upstream: every stage takes each cycle's slice in several batches, however far behind it
+    # starts, so a kill point "after 2 batches" is always reached and lands mid-stream.
     worker.write_text(f"bootstrap.servers={kafka_bootstrap}\nstorage.root={root}\n"
                       "pipeline.kafka.implementation=python\npipeline.tables.implementation=delta-rs\n"
-                      f"pipeline.max.records.per.batch={RECORDS_PER_BATCH}\n"
+                      f"pipeline.max.records.per.batch={RECORDS_PER_BATCH}\npipeline.max.files.per.trigger=1\n"
                       f"pipeline.trigger.interval.ms=100\npipeline.offsets.topic={unique_name}-offsets\n"
                       "spark.master=local[2]\nspark.sql.shuffle.partitions=2\nspark.default.parallelism=2\n")
     scenarios = [cps_sink(kafka_bootstrap, tmp_path, f"{unique_name}-ps"),

@@ -23,7 +23,8 @@ class FakeQuery:
     name: str
     failure: str | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
-    lastProgress: dict[str, Any] | None = None
+    #: As Spark reports after a query's first trigger, data or not (the next stage's start waits for it).
+    lastProgress: dict[str, Any] | None = field(default_factory=lambda: {"batchId": 0, "numInputRows": 0})
     recentProgress: list[dict[str, Any]] = field(default_factory=list)
     status: dict[str, Any] = field(default_factory=lambda: {"isTriggerActive": False})
     id: str = "q"

@@ -12,6 +12,7 @@ import pytest
 
 from pubsub_connect.pipelines.context import ConnectorError, Stage
 from pubsub_connect.pipelines.runner.failures import is_transient
+from pubsub_connect.pipelines.runner.start_gate import StartGate
 from pubsub_connect.pipelines.runner.supervisor import RestartPolicy, StageRunner
 
 UNAVAILABLE = ("org.apache.spark.sql.streaming.StreamingQueryException: [FOREACH_BATCH_USER_FUNCTION_ERROR]\n"
@@ -63,6 +64,7 @@ class Script:
 class FakeCtx:
     closers: list[Any] = field(default_factory=list)
     lines: list[str] = field(default_factory=list)
+    start_gate: StartGate = field(default_factory=StartGate)
 
     def progress(self, line: str) -> None:
         self.lines.append(line)
@@ -307,8 +309,9 @@ def test_two_connectors_starting_together_each_keep_their_own_cleanups(tmp_path)
     from pubsub_connect.config import loader as cfg
     from pubsub_connect.pipelines.context import PipelineContext
 
+    # No start gate: the point is two starts that really overlap.
     ctx = PipelineContext(spark=None, worker=cfg.validate_worker({"storage.root": str(tmp_path)}),  # type: ignore[arg-type]
-                          caps=None, store=None, once=False)  # type: ignore[arg-type]
+                          caps=None, store=None, once=False, start_gate=StartGate(max_hold_s=0))  # type: ignore[arg-type]
     both_registered = threading.Barrier(2)
     closed: list[str] = []
 

@@ -74,6 +74,26 @@ def table_version(table_path: str) -> int:
     return int(DeltaTable(table_path).version())
 
 
+def newest_version_from(table_path: str, known: int) -> int:
+    """The latest committed version, found by probing the commit files after ``known``.
+
+    Why: a stream asks for the latest version every trigger, mostly to learn that nothing
+    changed. Loading the table replays its log (checkpoint plus every commit since), which a
+    few streams polling every 100 ms turn into most of a small driver's CPU; a commit file's
+    existence is what makes a version committed (commits are written atomically and never
+    removed before newer ones), so one ``stat`` per new version answers the same question.
+    """
+    from pyarrow import fs
+
+    if known < 0:
+        return table_version(table_path)
+    filesystem, root = _filesystem(table_path)
+    version = known
+    while filesystem.get_file_info(_log_path(root, version + 1)).type != fs.FileType.NotFound:
+        version += 1
+    return version
+
+
 def table_schema(table_path: str) -> StructType:
     from deltalake import DeltaTable
     from pyspark.sql.pandas.types import from_arrow_schema
@@ -137,6 +157,12 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
         self.starting_version = int(options.get("startingVersion", "0"))
         self._available_now_end: int | None = None
+        #: The newest version seen so far: later polls probe only for commits after it.
+        self._latest_seen = -1
+
+    def _latest_version(self) -> int:
+        self._latest_seen = newest_version_from(self.path, self._latest_seen)
+        return self._latest_seen
 
     def initialOffset(self) -> dict:
         return {"version": self.starting_version - 1}
@@ -145,10 +171,10 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._available_now_end = table_version(self.path)
+        self._available_now_end = self._latest_version()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        latest = table_version(self.path)
+        latest = self._latest_version()
         if self._available_now_end is not None:
             latest = min(latest, self._available_now_end)
         begin = int(start["version"])
@@ -169,7 +195,7 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"version": latest}
 
     def reportLatestOffset(self) -> dict | None:
-        return {"version": table_version(self.path)}
+        return {"version": self._latest_seen}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         parts: list[InputPartition] = []

@@ -23,6 +23,7 @@ from pubsub_connect.io.kafka.admin import KafkaLoginError, check_brokers
 from pubsub_connect.io.kafka.options import connect_client_settings, librdkafka_settings, spark_client_options
 from pubsub_connect.io.spark import Capabilities
 from pubsub_connect.io.tables import TableRef, TableStore
+from pubsub_connect.pipelines.runner.start_gate import StartGate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -64,6 +65,8 @@ class PipelineContext:
     _cleanup_owner: threading.local = field(default_factory=threading.local, repr=False)
     #: checkpoint location → its query id, read once per stage start (see :meth:`batch_app_id`).
     _checkpoint_ids: dict[str, str] = field(default_factory=dict)
+    #: The stages of all connectors sharing this context start one after the other.
+    start_gate: StartGate = field(default_factory=StartGate)
 
     @property
     def closers(self) -> list[Callable[[], None]]:

@@ -23,6 +23,7 @@ from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, St
 from pubsub_connect.pipelines.runner.failures import is_transient
 from pubsub_connect.pipelines.runner.progress import ProgressPrinter
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
+from pubsub_connect.pipelines.runner.start_gate import first_trigger_done
 
 log = logging.getLogger(__name__)
 
@@ -109,15 +110,22 @@ class StageRunner:
     def start(self) -> None:
         """Start the stage's query; the cleanups it registers are this runner's (:attr:`closers`),
         run when the query stops or fails, before a restart."""
+        gate = self.ctx.start_gate
+        gate.enter(self)
         try:
             with self.ctx.cleanups_owned_by(self.closers):
                 self.query = self.stage.start(self.ctx, self.config)
         except Exception as exc:
+            gate.leave(self)
             if not is_transient(exc):  # e.g. a ConfigError: raised as it is, for its own message and exit code
                 self.close()
                 raise
             self._failed(exc)
             return
+        if hasattr(self.query, "status"):  # a Spark query: the next start waits for its first trigger
+            gate.started(self, first_trigger_done(self.query))
+        else:
+            gate.leave(self)
         self.restart_at = None
 
     def close(self) -> None:
@@ -125,6 +133,7 @@ class StageRunner:
 
     def stop(self) -> None:
         """Stop the query (a batch cut short is not committed and runs again on restart)."""
+        self.ctx.start_gate.leave(self)
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -177,6 +186,7 @@ class StageRunner:
         return now - self._running[1] > self.policy.batch_timeout_s
 
     def _failed(self, exc: BaseException, transient: bool | None = None) -> None:
+        self.ctx.start_gate.leave(self)
         line = error_line(exc)
         now = self.clock()
         self._running = None
