@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from pubsub_connect.pipelines.runner.start_gate import StartGate, first_trigger_done
+from pubsub_connect.pipelines.runner.start_gate import StartGate
 
 
 class Clock:
@@ -16,8 +16,19 @@ class Clock:
 
 
 class Query:
+    """A query that has not reported progress until told; counts how often it is asked."""
+
     def __init__(self) -> None:
-        self.lastProgress: dict | None = None
+        self.progress: dict | None = None
+        self.asked = 0
+        self.changed = threading.Condition()
+
+    @property
+    def lastProgress(self) -> dict | None:
+        with self.changed:
+            self.asked += 1
+            self.changed.notify_all()
+            return self.progress
 
 
 def test_the_gate_opens_when_the_holders_query_reports_its_first_trigger() -> None:
@@ -25,9 +36,9 @@ def test_the_gate_opens_when_the_holders_query_reports_its_first_trigger() -> No
     assert not gate.busy
     gate.enter("a")
     assert gate.busy  # starting: nothing to watch yet
-    gate.started("a", first_trigger_done(query))
+    gate.started("a", query)
     assert gate.busy
-    query.lastProgress = {"batchId": 0, "numInputRows": 0}
+    query.progress = {"batchId": 0, "numInputRows": 0}
     assert not gate.busy
 
 
@@ -35,7 +46,7 @@ def test_a_start_is_let_through_after_the_time_limit() -> None:
     clock = Clock()
     gate = StartGate(max_hold_s=20, clock=clock)
     gate.enter("a")
-    gate.started("a", first_trigger_done(Query()))
+    gate.started("a", Query())
     clock.now += 19.9
     assert gate.busy
     clock.now += 0.1
@@ -46,27 +57,28 @@ def test_only_the_holder_opens_the_gate() -> None:
     gate = StartGate(clock=Clock())
     gate.enter("a")
     gate.leave("b")  # a runner that stopped or failed without holding the gate
-    gate.started("b", lambda: True)
+    gate.started("b", Query())
     assert gate.busy
     gate.leave("a")
     assert not gate.busy
 
 
 def test_a_holder_whose_query_cannot_be_asked_does_not_hold() -> None:
+    class Gone:
+        @property
+        def lastProgress(self) -> dict:
+            raise RuntimeError("the session is stopped")
+
     gate = StartGate(clock=Clock())
     gate.enter("a")
-
-    def gone() -> bool:
-        raise RuntimeError("the session is stopped")
-
-    gate.started("a", gone)
+    gate.started("a", Gone())
     assert not gate.busy
 
 
 def test_a_waiting_start_goes_as_soon_as_the_previous_one_settles() -> None:
     gate, query = StartGate(clock=Clock()), Query()
     gate.enter("a")
-    gate.started("a", first_trigger_done(query))
+    gate.started("a", query)
     waiting, entered = threading.Event(), threading.Event()
 
     def second() -> None:
@@ -77,8 +89,10 @@ def test_a_waiting_start_goes_as_soon_as_the_previous_one_settles() -> None:
     thread = threading.Thread(target=second)
     thread.start()
     assert waiting.wait(10)
-    assert not entered.is_set()  # still waiting: the first query has not reported yet
-    query.lastProgress = {"batchId": 0}
+    with query.changed:  # asked twice by the waiting thread: it is looping inside enter()
+        assert query.changed.wait_for(lambda: query.asked >= 2, timeout=10)
+    assert not entered.is_set()
+    query.progress = {"batchId": 0}
     assert entered.wait(10)
     thread.join(10)
     assert gate.busy  # now "b" holds it

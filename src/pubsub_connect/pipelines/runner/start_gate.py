@@ -22,27 +22,30 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 class StartGate:
-    """Serialises stage starts: :meth:`enter` waits until the previous start has settled."""
+    """Serialises stage starts: :meth:`enter` waits until the previous start has settled, i.e.
+    its query has reported its first progress (Spark reports the first trigger even when it
+    found no data)."""
 
     def __init__(self, max_hold_s: float = 20.0, clock: Callable[[], float] = time.monotonic):
         self.max_hold_s = max_hold_s
         self._clock = clock
         self._lock = threading.Condition()
-        #: Whether the start that entered last has settled; ``None`` when nobody holds the gate.
-        self._settled: Callable[[], bool] | None = None
+        #: Who holds the gate (``None``: nobody) and, once started, the query it waits on.
         self._holder: object = None
+        self._query: Any = None
         self._since = 0.0
 
     def _held(self) -> bool:
-        if self._settled is None:
+        if self._holder is None or self._clock() - self._since >= self.max_hold_s:
             return False
-        if self._clock() - self._since >= self.max_hold_s:
-            return False
+        if self._query is None:  # still starting
+            return True
         try:
-            return not self._settled()
+            return self._query.lastProgress is None
         except Exception:  # the holder's query is gone (e.g. its session stopped): not holding
             return False
 
@@ -54,37 +57,24 @@ class StartGate:
 
     def enter(self, holder: object, poll_s: float = 0.1) -> None:
         """Wait for the turn to start, then hold the gate for ``holder`` until :meth:`started`
-        says what to watch (or :meth:`leave` is called). The holder's state is polled by whoever
-        waits, so a connector thread waiting here for its own previous stage still sees that one
-        settle."""
+        names its query (or :meth:`leave` is called). The holder's query is polled by whoever
+        waits, so a connector thread waiting here for its own previous stage still sees that
+        one settle."""
         with self._lock:
             while self._held():
                 self._lock.wait(poll_s)
-            self._settled, self._holder = (lambda: False), holder
-            self._since = self._clock()
+            self._holder, self._query, self._since = holder, None, self._clock()
 
-    def started(self, holder: object, settled: Callable[[], bool]) -> None:
-        """``holder``'s query is up; the gate opens once ``settled()`` is true."""
+    def started(self, holder: object, query: Any) -> None:
+        """``holder``'s query is up; the gate opens once it reports its first progress."""
         with self._lock:
             if self._holder is holder:
-                self._settled = settled
-                self._lock.notify_all()
+                self._query = query
 
     def leave(self, holder: object) -> None:
         """``holder``'s start failed, stopped or needs no settling: open the gate now (if it is
         still the one holding it)."""
         with self._lock:
             if self._holder is holder:
-                self._settled, self._holder = None, None
+                self._holder, self._query = None, None
                 self._lock.notify_all()
-
-
-def first_trigger_done(query: object) -> Callable[[], bool]:
-    """Settled once the query has reported its first progress: Spark reports the first trigger
-    even when it found no data. (A query that fails first is let go by its runner, which sees
-    the failure, or by the time limit.)"""
-
-    def settled() -> bool:
-        return query.lastProgress is not None  # type: ignore[attr-defined]
-
-    return settled

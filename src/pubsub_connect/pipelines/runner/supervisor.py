@@ -23,7 +23,6 @@ from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, St
 from pubsub_connect.pipelines.runner.failures import is_transient
 from pubsub_connect.pipelines.runner.progress import ProgressPrinter
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
-from pubsub_connect.pipelines.runner.start_gate import first_trigger_done
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ class StageRunner:
             self._failed(exc)
             return
         if hasattr(self.query, "status"):  # a Spark query: the next start waits for its first trigger
-            gate.started(self, first_trigger_done(self.query))
+            gate.started(self, self.query)
         else:
             gate.leave(self)
         self.restart_at = None
