@@ -6,8 +6,10 @@ and a micro-batch from version ``a`` (exclusive) to ``b`` (inclusive) reads the 
 the commits ``a+1 … b`` added (``add`` actions in ``_delta_log/<version>.json``). A replayed
 batch re-reads exactly the same files. Rows are returned as Arrow record batches.
 
-Options: ``path`` (the table), ``maxFilesPerTrigger`` (read limit; whole commits are never split
-so a commit's rows are processed together), ``startingVersion`` (default: from the beginning).
+Options: ``path`` (the table), ``maxFilesPerTrigger`` and ``maxBytesPerTrigger`` (read limits,
+as Delta Lake's: a micro-batch stops before the commit that would pass either, but takes at
+least one commit; whole commits are never split so a commit's rows are processed together),
+``startingVersion`` (default: from the beginning).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
+    ReadMaxBytes,
     ReadMaxFiles,
     SupportsTriggerAvailableNow,
 )
@@ -47,17 +50,22 @@ def _filesystem(table_path: str) -> tuple[Any, str]:
 
 def added_files(table_path: str, version: int) -> list[str]:
     """Data files added by one commit, as paths relative to the table (in commit order)."""
+    return [path for path, _size in added_file_sizes(table_path, version)]
+
+
+def added_file_sizes(table_path: str, version: int) -> list[tuple[str, int]]:
+    """``(path relative to the table, size in bytes)`` of the data files one commit added."""
     filesystem, root = _filesystem(table_path)
     with filesystem.open_input_stream(_log_path(root, version)) as stream:
         text = stream.read().decode("utf-8")
-    files: list[str] = []
+    files: list[tuple[str, int]] = []
     for line in text.splitlines():
         if not line.strip():
             continue
         action = json.loads(line)
         add = action.get("add")
         if add is not None and add.get("dataChange", True):
-            files.append(unquote(add["path"]))
+            files.append((unquote(add["path"]), int(add.get("size") or 0)))
         if action.get("remove") is not None and action["remove"].get("dataChange", True):
             raise ValueError(
                 f"{table_path} version {version} removes data: only append-only tables can be streamed"
@@ -155,6 +163,7 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.path = path
         self.schema = schema
         self.max_files = int(options["maxFilesPerTrigger"]) if options.get("maxFilesPerTrigger") else None
+        self.max_bytes = int(options["maxBytesPerTrigger"]) if options.get("maxBytesPerTrigger") else None
         self.starting_version = int(options.get("startingVersion", "0"))
         self._available_now_end: int | None = None
         #: The newest version seen so far: later polls probe only for commits after it.
@@ -168,7 +177,13 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"version": self.starting_version - 1}
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        return ReadMaxFiles(self.max_files) if self.max_files else ReadAllAvailable()
+        # Python sources get one limit object, not Delta's composite of both: the limit says
+        # "bounded", and latestOffset applies both options itself.
+        if self.max_files:
+            return ReadMaxFiles(self.max_files)
+        if self.max_bytes:
+            return ReadMaxBytes(self.max_bytes)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_end = self._latest_version()
@@ -180,19 +195,25 @@ class DeltaRsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = int(start["version"])
         if latest <= begin:
             return {"version": begin}
-        if isinstance(limit, ReadMaxFiles):
-            budget = limit.max_files
-            end = begin
-            for version in range(begin + 1, latest + 1):
-                count = len(added_files(self.path, version))
-                if end > begin and count > budget:
-                    break
-                budget -= count
-                end = version
-                if budget <= 0:
-                    break
-            return {"version": end}
-        return {"version": latest}
+        if isinstance(limit, ReadAllAvailable):
+            return {"version": latest}
+        files_left = self.max_files if self.max_files else None
+        bytes_left = self.max_bytes if self.max_bytes else None
+        end = begin
+        for version in range(begin + 1, latest + 1):
+            added = added_file_sizes(self.path, version)
+            count, size = len(added), sum(s for _, s in added)
+            over = (files_left is not None and count > files_left) or (bytes_left is not None and size > bytes_left)
+            if end > begin and over:
+                break
+            end = version
+            if files_left is not None:
+                files_left -= count
+            if bytes_left is not None:
+                bytes_left -= size
+            if (files_left is not None and files_left <= 0) or (bytes_left is not None and bytes_left <= 0):
+                break
+        return {"version": end}
 
     def reportLatestOffset(self) -> dict | None:
         return {"version": self._latest_seen}

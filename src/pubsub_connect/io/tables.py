@@ -113,7 +113,11 @@ class TableStore(ABC):
     def read(self, table: TableRef) -> DataFrame: ...
 
     @abstractmethod
-    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame: ...
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
+                    max_bytes_per_trigger: int | None = None) -> DataFrame:
+        """Stream the table's appends; a micro-batch stops before the commit that would pass either
+        bound (at least one commit is taken), as Delta Lake's ``maxFilesPerTrigger`` /
+        ``maxBytesPerTrigger`` do."""
 
     def count(self, table: TableRef) -> int:
         return self.read(table).count() if self.exists(table) else 0
@@ -203,10 +207,13 @@ class DeltaRsTableStore(TableStore):
     def read(self, table: TableRef) -> DataFrame:
         return self.spark.read.format("pubsub_connect_delta").load(self.path(table))
 
-    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame:
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
+                    max_bytes_per_trigger: int | None = None) -> DataFrame:
         reader = self.spark.readStream.format("pubsub_connect_delta")
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        if max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", str(max_bytes_per_trigger))
         return reader.load(self.path(table))
 
 
@@ -295,10 +302,13 @@ class SparkDeltaTableStore(TableStore):
         return self.spark.read.table(name.replace("`", "")) if name else \
             self.spark.read.format("delta").load(self.path(table))
 
-    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None) -> DataFrame:
+    def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
+                    max_bytes_per_trigger: int | None = None) -> DataFrame:
         reader = self.spark.readStream.format("delta")
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
+        if max_bytes_per_trigger:
+            reader = reader.option("maxBytesPerTrigger", str(max_bytes_per_trigger))
         name = self.table_name(table)
         return reader.table(name.replace("`", "")) if name else reader.load(self.path(table))
 

@@ -98,8 +98,11 @@ class PipelineContext:
         return {"processingTime": f"{int(self.worker.get('pipeline.trigger.interval.ms'))} milliseconds"}
 
     def read_table_stream(self, table: TableRef) -> DataFrame:
-        """Stream a previous stage's appends, bounded by ``pipeline.max.files.per.trigger``."""
-        return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None)
+        """Stream a previous stage's appends, a micro-batch bounded by ``pipeline.max.files.per.trigger``
+        and ``pipeline.max.bytes.per.trigger``: the bytes bound is what keeps a stage's memory the
+        same whatever backlog it starts from."""
+        return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None,
+                                      int(self.worker.get("pipeline.max.bytes.per.trigger")) or None)
 
     def batch_app_id(self, config: ConnectorConfig, stage: str, part: str = "") -> str:
         """The Delta transaction app id (and Kafka marker identity) of a stage's micro-batches:

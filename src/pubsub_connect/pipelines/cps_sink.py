@@ -21,9 +21,10 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from pubsub_connect.config.loader import ConnectorConfig
-from pubsub_connect.io.pubsub.publisher import BatchPublisher, PublisherConfig
+from pubsub_connect.io.pubsub.publisher import PublisherConfig
+from pubsub_connect.io.pubsub.publisher_pool import discard_publisher, shared_publisher
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_sink.batch import to_outbox
+from pubsub_connect.model.cps_sink.batch import to_outbox, uses_column_path
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
@@ -87,10 +88,15 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
 
+    # The JSON converters run Python per record, so their result is persisted: the dead-letter
+    # count and the outbox append both read it. The column path is cheaper to compute twice (the
+    # count reads only the error and emptiness columns) than to copy every payload into the cache.
+    persist = not uses_column_path(settings)
+
     def process(batch: DataFrame, batch_id: int) -> None:
-        # persisted: the conversion runs once although the DLQ count and the outbox append both
-        # read its result (the JSON converters are Python, the costliest step of the stage)
-        converted = to_outbox(batch, settings).persist()
+        converted = to_outbox(batch, settings)
+        if persist:
+            converted = converted.persist()
         try:
             good, bad = split_pubsub_outbox(converted)
             failed, empty = count_unpublishable(converted)
@@ -99,21 +105,28 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
                 report_empty_records(config, converted)
             ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
-            converted.unpersist()
+            if persist:
+                converted.unpersist()
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
 
 class PubSubPublishPartition:
     """``mapInArrow`` function: publishes one Spark partition of outbox rows and yields how many
-    were published. Raises (failing the task, hence the batch) unless every publish succeeded."""
+    were published. Raises (failing the task, hence the batch) unless every publish succeeded.
+
+    The publisher is the worker process's shared one (``publisher_pool``): built by the first
+    task, reused by the later tasks and micro-batches, discarded when a batch fails."""
 
     def __init__(self, publisher_config: PublisherConfig):
         self.publisher_config = publisher_config
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        with BatchPublisher(self.publisher_config) as publisher:
-            stats = publisher.publish_all(_messages(batches))
+        try:
+            stats = shared_publisher(self.publisher_config).publish_all(_messages(batches))
+        except BaseException:
+            discard_publisher(self.publisher_config)
+            raise
         yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
 
 
@@ -131,12 +144,14 @@ def publish_to_pubsub(outbox_batch: DataFrame, publisher_config: PublisherConfig
 
     With ordering keys, rows of one key go to one task in Kafka order (``topic, partition,
     offset``), and the client publishes them in that order; batches are published one after the
-    other, so the order holds across micro-batches too.
+    other, so the order holds across micro-batches too. Without them nothing is shuffled: the
+    outbox files' partitions are merged down to ``tasks`` publishing tasks (``coalesce``), since
+    moving every payload through a shuffle costs more than any spread of work it buys.
     """
     if publisher_config.enable_message_ordering:
         rows = outbox_batch.repartition(tasks, "ordering_key").sortWithinPartitions("topic", "partition", "offset")
     else:
-        rows = outbox_batch.repartition(tasks)
+        rows = outbox_batch.coalesce(tasks)
     counts = (rows.select("data", "attributes", "ordering_key")
               .mapInArrow(PubSubPublishPartition(publisher_config), "published long")
               .collect())

@@ -127,18 +127,30 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
             F.format_string("value: BooleanConverter: expected byte 00 or 01, got %s", F.lower(F.hex(value))),
         )
 
-    def entry(name: str, text: Column) -> Column:
-        return F.struct(F.lit(name).alias("key"), text.alias("value"))
-
-    entries = [F.when(key.isNotNull(), entry(KEY_ATTRIBUTE, key_text))]
+    # The attributes before headers, as plain map functions (code-generated; the higher-order
+    # filter/aggregate functions are interpreted per row): a map per condition, concatenated.
+    # Their names are distinct, so the concatenation never overwrites. ``_base_bytes`` is their
+    # keys' and values' UTF-8 size, known without walking the map.
+    string_map = "map<string,string>"
+    no_attributes = F.create_map().cast(string_map)
+    maps = [F.when(key.isNotNull(), F.create_map(F.lit(KEY_ATTRIBUTE), key_text)).otherwise(no_attributes)]
+    sizes = [F.when(key.isNotNull(), len(KEY_ATTRIBUTE) + F.octet_length(key_text)).otherwise(0)]
     if s.metadata_publish:
         ts_ms = F.unix_millis(col("timestamp"))
-        entries += [
-            entry(TOPIC_ATTRIBUTE, col("topic")),
-            entry(PARTITION_ATTRIBUTE, col("partition").cast("string")),
-            entry(OFFSET_ATTRIBUTE, col("offset").cast("string")),
-            F.when(ts_ms.isNotNull() & (ts_ms >= 0), entry(TIMESTAMP_ATTRIBUTE, ts_ms.cast("string"))),
+        has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
+        metadata = [
+            (TOPIC_ATTRIBUTE, col("topic")),
+            (PARTITION_ATTRIBUTE, col("partition").cast("string")),
+            (OFFSET_ATTRIBUTE, col("offset").cast("string")),
         ]
+        maps.append(F.create_map(*[c for name, text in metadata for c in (F.lit(name), text)]))
+        maps.append(F.when(has_ts, F.create_map(F.lit(TIMESTAMP_ATTRIBUTE), ts_ms.cast("string")))
+                    .otherwise(no_attributes))
+        sizes += [len(name) + F.octet_length(text) for name, text in metadata]
+        sizes.append(F.when(has_ts, len(TIMESTAMP_ATTRIBUTE) + F.octet_length(ts_ms.cast("string"))).otherwise(0))
+    base_bytes = sizes[0]
+    for size_part in sizes[1:]:
+        base_bytes = base_bytes + size_part
     stage1 = [
         col("topic"),
         col("partition").cast("int").alias("partition"),
@@ -148,8 +160,8 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
         key_text.alias("_key_text"),
         F.coalesce(body, F.expr("X''")).alias("_data"),
         value_error.alias("_value_error"),
-        # key, then metadata: none of these repeats an earlier name, so no overwrite to handle
-        F.map_from_entries(F.filter(F.array(*entries), lambda e: e.isNotNull())).alias("_base"),
+        (maps[0] if len(maps) == 1 else F.map_concat(*maps)).alias("_base"),
+        base_bytes.cast("long").alias("_base_bytes"),
     ]
     if s.headers_publish:
         headers = F.coalesce(col("headers"), F.array().cast(KAFKA_HEADERS))
@@ -205,9 +217,17 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
         )
         applied = F.size(F.filter(col("_valid"), lambda h: F.array_contains(admitted, h["key"])))
         skipped = col("_header_count") - F.when(admitted.isNull(), F.lit(0)).otherwise(applied)
+        attribute_bytes = F.when(admitted.isNull(), col("_base_bytes")).otherwise(
+            F.aggregate(
+                F.map_entries(attributes),
+                F.lit(0).cast("long"),
+                lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]),
+            )
+        )
     else:
         attributes = col("_base")
         skipped = F.lit(0)
+        attribute_bytes = col("_base_bytes")
 
     if s.ordering_key_source == "key":
         ordering = F.when(key.isNotNull() & (col("_key_text") != ""), col("_key_text")).otherwise(F.lit(""))
@@ -224,6 +244,7 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
         "_data",
         "_value_error",
         attributes.alias("_attributes"),
+        attribute_bytes.alias("_attribute_bytes"),
         ordering.alias("_ordering"),
         skipped.cast("int").alias("_skipped"),
     )
@@ -234,15 +255,7 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
     data, attrs, ordering_col = col("_data"), col("_attributes"), col("_ordering")
     publishable = (F.octet_length(data) > 0) | (F.size(attrs) > 0)
     key_value_bytes = F.octet_length(F.element_at(attrs, F.lit(KEY_ATTRIBUTE)))
-    size = (
-        F.octet_length(data)
-        + F.aggregate(
-            F.map_entries(attrs),
-            F.lit(0).cast("long"),
-            lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]),
-        )
-        + F.octet_length(ordering_col)
-    )
+    size = F.octet_length(data) + col("_attribute_bytes") + F.octet_length(ordering_col)
     limit_error = (
         F.when(
             key_value_bytes > MAX_ATTRIBUTE_VALUE_BYTES,
