@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -172,3 +173,136 @@ def tree_cpu_seconds(root_pid: int) -> dict[int, float]:
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU used between two snapshots (processes started in between count from zero)."""
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """``pid → (parent pid, command name)`` of every process, from ``/proc``."""
+    table_: dict[int, tuple[int, str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                text = f.read()
+        except OSError:  # exited meanwhile
+            continue
+        name, rest = text.split("(", 1)[1].rsplit(")", 1)
+        table_[int(entry)] = (int(rest.split()[1]), name)
+    return table_
+
+
+def _descendants(root_pid: int, processes: dict[int, tuple[int, str]]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in processes.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = [root_pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _status_kb(pid: int | str, *fields: str) -> dict[str, int]:
+    """``VmRSS``/``VmHWM``-style fields of ``/proc/<pid>/status`` in kB (missing when it exited)."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    out[key] = int(value.split()[0])
+    except OSError:
+        pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class PeakRss:
+    """Peak resident memory of a Spark run, split by where it lives, sampled from ``/proc``.
+
+    Why a sampler and not ``resource.getrusage``: the Python process running the benchmark is
+    only the driver's front end. Spark's own memory (Delta, the Kafka connector, shuffle and
+    Arrow buffers) is in the JVM that PySpark starts as a *child* process, and every Python UDF,
+    Arrow batch and ``foreachBatch`` publisher runs in Python workers the JVM forks — neither
+    shows up in this process's counters. The local Kafka broker and Pub/Sub emulator are Java
+    children too, so the Spark JVM is told apart by its ``SparkSubmit`` command line.
+
+    Used as a context manager around the measured run: on entry it resets this process's
+    high-water mark (``/proc/self/clear_refs``, so that earlier set-up such as the bare clients
+    does not count), then a background thread samples every ``interval_s`` seconds; on exit
+    :attr:`peak_mb` holds, in MB:
+
+    - ``driver_python``: ``VmHWM`` of ``root_pid`` (the kernel's exact peak, not a sample);
+    - ``jvm``: the larger of the Spark JVM's sampled ``VmRSS`` and its last ``VmHWM``;
+    - ``python_workers``: the largest sampled sum of ``VmRSS`` over the Python processes under
+      the JVM (PySpark's daemon and the workers it forks). Forked workers share pages with the
+      daemon, so the sum over-counts shared memory: an upper bound.
+    """
+
+    def __init__(self, root_pid: int | None = None, interval_s: float = 0.5):
+        self.root_pid = root_pid if root_pid is not None else os.getpid()
+        self.interval_s = interval_s
+        self.peak_kb = {"driver_python": 0, "jvm": 0, "python_workers": 0}
+        self.max_workers = 0
+        self._jvm_pid: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="peak-rss", daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        if self.root_pid == os.getpid():
+            try:
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # reset VmHWM to the current RSS
+            except OSError:  # old kernel or no permission: the peak then includes the set-up
+                pass
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.sample()
+
+    @property
+    def peak_mb(self) -> dict[str, float]:
+        return {key: round(kb / 1024, 1) for key, kb in self.peak_kb.items()}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.sample()
+
+    def _find_jvm(self, processes: dict[int, tuple[int, str]]) -> int | None:
+        if self._jvm_pid is not None and self._jvm_pid in processes:
+            return self._jvm_pid
+        for pid in _descendants(self.root_pid, processes):
+            if processes[pid][1] == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid):
+                self._jvm_pid = pid
+                return pid
+        return None
+
+    def sample(self) -> None:
+        """One reading of every process of interest; keeps the maxima."""
+        peak = self.peak_kb
+        driver = _status_kb(self.root_pid, "VmRSS", "VmHWM")
+        peak["driver_python"] = max(peak["driver_python"], driver.get("VmHWM", 0), driver.get("VmRSS", 0))
+        processes = _process_table()
+        jvm = self._find_jvm(processes)
+        if jvm is None:
+            return
+        status = _status_kb(jvm, "VmRSS", "VmHWM")
+        peak["jvm"] = max(peak["jvm"], status.get("VmRSS", 0), status.get("VmHWM", 0))
+        workers = [pid for pid in _descendants(jvm, processes) if processes[pid][1].startswith("python")]
+        total = sum(_status_kb(pid, "VmRSS").get("VmRSS", 0) for pid in workers)
+        peak["python_workers"] = max(peak["python_workers"], total)
+        self.max_workers = max(self.max_workers, len(workers))

@@ -1,23 +1,43 @@
 """Cloud Pub/Sub sink throughput: end-to-end messages/s vs. the bare clients, in one run.
 
-    .venv/bin/python benchmarks/cps_sink.py [--records 100000] [--size 1024]
+    .venv/bin/python benchmarks/cps_sink.py [--mode once|continuous] [--records 100000] [--size 1024]
 
 Starts a local Kafka broker and Google's Pub/Sub emulator, produces N records of SIZE bytes,
 then measures, on the same services: (1) a bare confluent-kafka consumer reading them, (2) the
 official publisher alone publishing N messages, (3) the connector (ingest → convert → publish,
-``--once``, Spark session already up). The ratio compares (3) with the slower of (1) and (2),
-which bounds what any Kafka → Pub/Sub mover can reach here.
+Spark session already up). The ratio compares (3) with the slower of (1) and (2), which bounds
+what any Kafka → Pub/Sub mover can reach here.
+
+``--mode once`` (the default) runs the stages one after the other to completion, as
+``pubsub-connect run --once`` does, with the whole backlog in one micro-batch per stage: the
+best case for throughput. ``--mode continuous`` runs them together, as ``pubsub-connect run``
+does, with the product's default batch size and trigger interval: what a deployed connector
+draining a backlog of N records reaches. The three stages then overlap but share the cores, and
+a backlog larger than ``pipeline.max.records.per.batch`` is taken in several micro-batches.
+A streaming-pull subscriber counts the distinct messages (by the sequence id each payload
+starts with) as they arrive; reported are the total time from starting the stages to the last
+of the N, and the steady-state rate between 10% and 90% of N received (without start-up and
+the tail), which is the figure the ratio uses in this mode.
+
+Both modes report the peak resident memory of the driver's Python process, of Spark's JVM and
+of the Python workers (:class:`_common.PeakRss`), because Spark's memory is mostly outside this
+process and a connector that keeps up but needs more memory than the cluster has is no good.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import (
     ENGINES,
+    PeakRss,
     add_engine_argument,
     bare_consume,
     bare_publish,
@@ -27,6 +47,7 @@ from _common import (
     timed_stages,
     write_results,
 )
+from latency import stage_batch_times
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
@@ -36,14 +57,132 @@ from pubsub_connect.pipelines.runtime import build_context
 PROJECT = "bench-project"
 
 
+class DistinctReceiver:
+    """A streaming-pull subscriber that acks everything and records when each *distinct* message
+    first arrived (redeliveries do not count), keyed by the sequence id that
+    :func:`_common.payload` puts at the start of each record — and the sink copies into the
+    message body."""
+
+    def __init__(self, subscription: str, expected: int):
+        from google.cloud import pubsub_v1
+
+        self.expected = expected
+        self.seen: set[int] = set()
+        #: Monotonic arrival time of each distinct message, in arrival order.
+        self.arrivals: list[float] = []
+        self.duplicates = 0
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.client = pubsub_v1.SubscriberClient()
+        # A larger window than the default 1,000 outstanding messages, so that the subscriber is
+        # not what limits the rate measured.
+        flow = pubsub_v1.types.FlowControl(max_messages=10_000, max_bytes=200 * 1024 * 1024)
+        self.future = self.client.subscribe(subscription, self._on_message, flow_control=flow)
+
+    def _on_message(self, message: Any) -> None:
+        now = time.monotonic()
+        message.ack()
+        seq = int(message.data[:12])
+        with self.lock:
+            if seq in self.seen:
+                self.duplicates += 1
+                return
+            self.seen.add(seq)
+            self.arrivals.append(now)
+            if len(self.arrivals) >= self.expected:
+                self.done.set()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.arrivals)
+
+    def close(self) -> None:
+        self.future.cancel()
+        with contextlib.suppress(Exception):  # cancelled: the expected outcome
+            self.future.result(timeout=10)
+        self.client.close()
+
+
+def steady_rate(arrivals: list[float], n: int) -> tuple[float, float]:
+    """Messages/s between the arrival of the 10% and the 90% mark of ``n``, and that span (s)."""
+    lo, hi = max(1, math.ceil(0.1 * n)), math.ceil(0.9 * n)
+    span = arrivals[hi - 1] - arrivals[lo - 1]
+    return (hi - lo) / span if span > 0 else float("inf"), span
+
+
+def run_continuous(ctx: Any, connector: Any, receiver: DistinctReceiver, n: int,
+                   timeout_s: float) -> dict[str, Any]:
+    """Run the stages together until ``n`` distinct messages arrived (or ``timeout_s`` passed)."""
+    from pubsub_connect.pipelines.runner.supervisor import run_stages
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            run_stages(ctx, connector, STAGES, stop)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="sink", daemon=True)
+    started = time.monotonic()
+    thread.start()
+    try:
+        deadline = started + timeout_s
+        while not receiver.done.wait(0.5) and not errors and thread.is_alive():
+            if time.monotonic() > deadline:
+                break
+        stages = stage_batch_times(ctx)
+    finally:
+        stop.set()
+        thread.join(120)
+    if errors:
+        raise errors[0]
+    got = receiver.count()
+    if got < n:
+        raise SystemExit(f"cps_sink continuous: only {got:,} of {n:,} distinct messages arrived "
+                         f"within {timeout_s:.0f} s")
+    with receiver.lock:
+        arrivals = list(receiver.arrivals)
+    steady, span = steady_rate(arrivals, n)
+    return {"total_s": arrivals[n - 1] - started, "first_s": arrivals[0] - started, "steady_msgs_per_s": steady,
+            "steady_span_s": span, "duplicates": receiver.duplicates, "stage_batch_ms": stages}
+
+
+def create_topic(topic: str, subscribe: bool) -> str | None:
+    """Create the sink's topic and, when ``subscribe``, a subscription of it (returns its path):
+    created before the connector starts, so that no message is published before it exists."""
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    topic_path = publisher.topic_path(PROJECT, topic)
+    publisher.create_topic(request={"name": topic_path})
+    if not subscribe:
+        return None
+    subscriber = pubsub_v1.SubscriberClient()
+    subscription = subscriber.subscription_path(PROJECT, f"{topic}-sub")
+    subscriber.create_subscription(request={"name": subscription, "topic": topic_path})
+    subscriber.close()
+    return subscription
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("once", "continuous"), default="once",
+                        help="once: the stages one after the other (run --once); continuous: together (run)")
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--max-records-per-batch", type=int, default=None,
+                        help="pipeline.max.records.per.batch (default: N in once mode, the product's default "
+                             "in continuous mode)")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="continuous mode: seconds to wait for all N messages")
     add_engine_argument(parser)
     args = parser.parse_args()
     n = args.records
+    continuous = args.mode == "continuous"
+    batch = args.max_records_per_batch or (None if continuous else n)
     root = Path(tempfile.mkdtemp(prefix="bench-cps-sink-"))
     with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
@@ -51,40 +190,86 @@ def main() -> None:
             produce_s = produce(bootstrap, "bench", n, args.size)
             consume_s = bare_consume(bootstrap, "bench", n)
             publish_s = bare_publish(PROJECT, "bare", n, args.size)
-
-            from google.cloud import pubsub_v1
-
-            publisher = pubsub_v1.PublisherClient()
-            publisher.create_topic(request={"name": publisher.topic_path(PROJECT, "sink")})
+            subscription = create_topic("sink", subscribe=continuous)
+            receiver = DistinctReceiver(subscription, n) if subscription else None
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-sink", "topics": "bench", "cps.project": PROJECT,
                  "cps.topic": "sink", "cps.useEmulator": "true", "tasks.max": str(args.tasks)},
                 {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
-                 "pipeline.max.records.per.batch": str(n)})
-            t0 = time.perf_counter()
-            ctx = build_context(run.worker, once=True, progress=lambda _line: None)
-            session_s = time.perf_counter() - t0
-            e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
-            ctx.spark.stop()
+                 **({"pipeline.max.records.per.batch": str(batch)} if batch else {})})
+            try:
+                with PeakRss() as memory:
+                    t0 = time.perf_counter()
+                    ctx = build_context(run.worker, once=not continuous, progress=lambda _line: None)
+                    session_s = time.perf_counter() - t0
+                    try:
+                        if receiver is not None:
+                            result = run_continuous(ctx, run.connectors[0], receiver, n, args.timeout)
+                        else:
+                            e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
+                    finally:
+                        ctx.spark.stop()
+            finally:
+                if receiver is not None:
+                    receiver.close()
 
-    rate = {"bare consume": n / consume_s, "bare publish": n / publish_s, "connector end-to-end": n / e2e_s}
+    rate = {"bare consume": n / consume_s, "bare publish": n / publish_s}
     limit = min(rate["bare consume"], rate["bare publish"])
     mb = n * args.size / 1e6
-    rows = [
+    peak = memory.peak_mb
+    head = [
         ("records x size", f"{n:,} x {args.size} B ({mb:,.0f} MB)"),
         ("produce (setup)", f"{n / produce_s:,.0f} msg/s"),
         ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
         ("bare publish (official client)", f"{rate['bare publish']:,.0f} msg/s"),
-        ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {mb / e2e_s:,.1f} MB/s"),
-        ("engine", args.engine),
-        *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in stage_times.items()],
-        ("spark session start (excluded)", f"{session_s:,.1f} s"),
-        ("ratio to the slower bare client", f"{rate['connector end-to-end'] / limit:.2f}"),
     ]
+    memory_rows = [
+        ("peak RSS driver (python)", f"{peak['driver_python']:,.0f} MB"),
+        ("peak RSS Spark JVM", f"{peak['jvm']:,.0f} MB"),
+        ("peak RSS python workers (sum)", f"{peak['python_workers']:,.0f} MB (up to {memory.max_workers} processes)"),
+    ]
+    results: dict[str, Any] = {"engine": args.engine, "mode": args.mode, "records": n, "size": args.size,
+                               "max_records_per_batch": batch, "peak_rss_mb": peak}
+    if continuous:
+        rate["connector end-to-end"] = n / result["total_s"]
+        rate["connector steady state"] = result["steady_msgs_per_s"]
+        ratio = rate["connector steady state"] / limit
+        rows = [
+            *head,
+            ("engine / mode", f"{args.engine} / continuous, max records per batch: {batch or 'default'}"),
+            ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {result['total_s']:,.1f} s "
+                                     f"(first message after {result['first_s']:,.1f} s)"),
+            ("connector steady state (10-90%)", f"{rate['connector steady state']:,.0f} msg/s over "
+                                                f"{result['steady_span_s']:,.1f} s"),
+            *[(f"  micro-batch {stage}", f"median {t['median_ms']:,.0f} ms, max {t['max_ms']:,.0f} ms "
+                                        f"({t['batches']:.0f} non-empty batches)")
+              for stage, t in result["stage_batch_ms"].items()],
+            ("redelivered (not counted)", f"{result['duplicates']:,}"),
+            ("spark session start (excluded)", f"{session_s:,.1f} s"),
+            *memory_rows,
+            ("ratio steady state / slower bare", f"{ratio:.2f}"),
+        ]
+        results.update({"rates_msgs_per_s": rate, "total_seconds": result["total_s"],
+                        "first_message_seconds": result["first_s"], "steady_span_seconds": result["steady_span_s"],
+                        "duplicates": result["duplicates"], "stage_batch_ms": result["stage_batch_ms"],
+                        "ratio": ratio})
+        name = results_name("cps_sink-continuous", args.engine)
+    else:
+        rate["connector end-to-end"] = n / e2e_s
+        ratio = rate["connector end-to-end"] / limit
+        rows = [
+            *head,
+            ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {mb / e2e_s:,.1f} MB/s"),
+            ("engine", args.engine),
+            *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in stage_times.items()],
+            ("spark session start (excluded)", f"{session_s:,.1f} s"),
+            *memory_rows,
+            ("ratio to the slower bare client", f"{ratio:.2f}"),
+        ]
+        results.update({"rates_msgs_per_s": rate, "stage_seconds": stage_times, "ratio": ratio})
+        name = results_name("cps_sink", args.engine)
     print(table(rows))
-    path = write_results(results_name("cps_sink", args.engine), {
-        "engine": args.engine, "records": n, "size": args.size, "rates_msgs_per_s": rate,
-                                      "stage_seconds": stage_times, "ratio": rate["connector end-to-end"] / limit})
+    path = write_results(name, results)
     print(f"\nresults: {path}")
 
 

@@ -15,7 +15,8 @@ some benchmarks and updates their entries in the existing summary.
 the default sizes took about 13 minutes on 2 idle cores before ``vs_google`` (Google's connector
 against ours: a few minutes more per engine). ``cps_sink-fallback``, ``cps_source-fallback``,
 ``lite-fallback`` and ``vs_google-fallback`` run the same scripts with ``--engine fallback``, so
-the end-to-end figures of both engines come from one run.
+the end-to-end figures of both engines come from one run. ``cps_sink-continuous`` runs
+``cps_sink.py --mode continuous`` (the stages together, default batch size).
 """
 
 from __future__ import annotations
@@ -48,11 +49,14 @@ class Benchmark:
 
     @property
     def script(self) -> str:
-        return self.name.removesuffix("-fallback")
+        return self.name.removesuffix("-fallback").removesuffix("-continuous")
 
 
 BENCHMARKS = (
     Benchmark("cps_sink", ("--records", "100000"), ("--records", "1000000")),
+    # The same sink with its stages running together at the default batch size, as deployed.
+    Benchmark("cps_sink-continuous", ("--mode", "continuous", "--records", "100000"),
+              ("--mode", "continuous", "--records", "500000")),
     Benchmark("convert", ("--records", "100000", "--reference-records", "20000", "--rounds", "3"),
               ("--records", "400000", "--reference-records", "50000", "--rounds", "5")),
     Benchmark("ordering", ("--records", "50000", "--rounds", "2"), ("--records", "100000", "--rounds", "4")),
@@ -120,6 +124,8 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
     out: list[tuple[str, float, str]] = []
     if name == "cps_sink" and "ratio" in results:
         out.append(("sink e2e / slower bare client", results["ratio"], "ratio"))
+    elif name == "cps_sink-continuous" and "ratio" in results:
+        out.append(("sink continuous steady / slower bare client", results["ratio"], "ratio"))
     elif name == "convert":
         for converter, figures in results.get("converters", {}).items():
             out.append((f"convert {converter}: batch/ref per core", figures["ratio_per_core"], "ratio"))
