@@ -101,6 +101,19 @@ def bare_publish(project: str, topic: str, count: int, size: int, max_messages: 
     return elapsed
 
 
+def in_child_process(function: Any, *args: Any) -> Any:
+    """``function(*args)`` run in a fresh Python process; returns its result.
+
+    Why: a bare client of a large run (a publisher holding a million futures) leaves hundreds of
+    MB in this process after it finished (freed memory stays with the process), which would then
+    count as the connector's driver memory measured afterwards."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
 #: Worker keys of the two engines: Spark's Kafka connector with Delta Lake (what Databricks runs,
 #: the default) and the stand-ins for machines without an artifact repository.
 ENGINES: dict[str, dict[str, str]] = {

@@ -9,13 +9,14 @@ failed batch raises :class:`PublishError`, is not committed, and Spark retries i
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config.keys import LONG_MAX
@@ -195,6 +196,16 @@ class PublishStats:
         return self.messages / self.seconds if self.seconds > 0 else 0.0
 
 
+@dataclass
+class _Settled:
+    """What the publishes of one :meth:`BatchPublisher.publish_all` call came to so far."""
+
+    failed: int = 0
+    first_error: BaseException | None = None
+    failed_keys: dict[str, None] = field(default_factory=dict)  # ordering keys with a failure, in order
+    stalled: BaseException | None = None
+
+
 #: One message to publish: ``(data, attributes or None, ordering_key or None)`` (an outbox row).
 OutboxMessage = tuple[bytes, "dict[str, str] | None", "str | None"]
 
@@ -213,6 +224,12 @@ class BatchPublisher:
     #: Extra seconds granted on top of maxTotalTimeoutMs when waiting for a batch to make
     #: progress: batching delay, flow control and scheduling.
     PROGRESS_SLACK_S = 10.0
+    #: Most messages (and data bytes) handed to the client and not yet settled. Without a window
+    #: the client queues a whole Spark partition when reading outruns publishing, and the worker's
+    #: memory grows with the micro-batch; with it memory stays bounded while hundreds of batches
+    #: are still in flight. The user's flow-control keys, when lower, still apply in the client.
+    WINDOW_MESSAGES = 20_000
+    WINDOW_BYTES = 64 * 1024 * 1024
 
     def __init__(self, config: PublisherConfig,
                  client_factory: Callable[[PublisherConfig], Any] | None = None):
@@ -255,10 +272,10 @@ class BatchPublisher:
         publish = client.publish
         ordering = self.config.enable_message_ordering
         reserved = RESERVED_ATTRIBUTE_NAMES
-        futures: list[Any] = []
-        keys: list[str] = []  # parallel to futures, only with ordering (to know what to resume)
-        add_future = futures.append
-        add_key = keys.append
+        pending: collections.deque[tuple[Any, str, int]] = collections.deque()  # future, key, data bytes
+        pending_bytes = 0
+        settled = _Settled()
+        published = 0
         data_bytes = 0
         sync_error: BaseException | None = None
         start = time.monotonic()
@@ -271,19 +288,25 @@ class BatchPublisher:
                     future = publish(topic, data, key, **attributes)
                 else:
                     future = publish(topic, data, key)
-                add_future(future)
-                if ordering:
-                    add_key(key)
+                pending.append((future, key if ordering else "", len(data)))
+                published += 1
+                pending_bytes += len(data)
                 data_bytes += len(data)
+                if len(pending) >= self.WINDOW_MESSAGES or pending_bytes >= self.WINDOW_BYTES:
+                    oldest = [pending.popleft() for _ in range(max(1, len(pending) // 2))]
+                    pending_bytes -= sum(size for _, _, size in oldest)
+                    self._wait(oldest, settled)
+                    if settled.failed:  # the batch fails anyway: publish no more of it
+                        break
         except Exception as exc:  # a message the client refused synchronously (type, size, …)
             sync_error = exc
-        failed, first_error, failed_keys = self._wait(futures, keys if ordering else None)
-        resumed = self._resume(topic, failed_keys)
+        self._wait(list(pending), settled)
+        resumed = self._resume(topic, list(settled.failed_keys))
         seconds = time.monotonic() - start
-        if sync_error is not None or failed:
-            total = len(futures) + (1 if sync_error is not None else 0)
-            failures = failed + (1 if sync_error is not None else 0)
-            first = sync_error if sync_error is not None else first_error
+        if sync_error is not None or settled.failed:
+            total = published + (1 if sync_error is not None else 0)
+            failures = settled.failed + (1 if sync_error is not None else 0)
+            first = sync_error if sync_error is not None else settled.first_error
             secrets = self.config.connection.secrets()
             detail = one_line(first, secrets) if first is not None else "unknown error"
             where = "stopped at a message the client rejected; " if sync_error is not None else ""
@@ -293,42 +316,37 @@ class BatchPublisher:
                 f"{resumed_text}; first error: {detail}",
                 failed=failures, total=total, first_error=first, resumed_keys=resumed,
             )
-        return PublishStats(messages=len(futures), data_bytes=data_bytes, seconds=seconds)
+        return PublishStats(messages=published, data_bytes=data_bytes, seconds=seconds)
 
     def _alias_reserved(self, attributes: dict[str, str]) -> dict[str, str]:
         self.client.aliased_attributes = True  # the client renames them back (publish_rpc)
         return alias_reserved_attributes(attributes)
 
-    def _wait(self, futures: list[Any],
-              keys: list[str] | None) -> tuple[int, BaseException | None, list[str]]:
-        """Wait for every future. A batch with no progress for maxTotalTimeoutMs + slack counts
-        as failed, so a hung RPC cannot hang the Spark task for ever."""
+    def _wait(self, futures: list[tuple[Any, str, int]], settled: _Settled) -> None:
+        """Wait for every ``(future, ordering key, size)`` and add the outcome to ``settled``. A
+        publish with no progress for maxTotalTimeoutMs + slack counts as failed, so a hung RPC
+        cannot hang the Spark task for ever; once one stalled, the rest is not waited for."""
         cfg = self.config
         stall_s = (cfg.total_timeout_ms + cfg.max_latency_ms) / 1000.0 + self.PROGRESS_SLACK_S
-        failed = 0
-        first_error: BaseException | None = None
-        failed_keys: dict[str, None] = {}
         last_progress = time.monotonic()
-        stalled: BaseException | None = None  # once stalled, the rest is not waited for
-        for index, future in enumerate(futures):
+        for future, key, _size in futures:
             if future.done():
                 exc = future.exception()
-            elif stalled is not None:
-                exc = stalled
+            elif settled.stalled is not None:
+                exc = settled.stalled
             else:
                 remaining = stall_s - (time.monotonic() - last_progress)
                 try:
                     exc = future.exception(timeout=max(0.0, remaining))
                 except concurrent.futures.TimeoutError:
-                    exc = stalled = PubSubIOError(f"no publish result within {stall_s:.1f} s")
+                    exc = settled.stalled = PubSubIOError(f"no publish result within {stall_s:.1f} s")
                 last_progress = time.monotonic()
             if exc is not None:
-                failed += 1
-                if first_error is None:
-                    first_error = exc
-                if keys is not None and keys[index]:
-                    failed_keys[keys[index]] = None
-        return failed, first_error, list(failed_keys)
+                settled.failed += 1
+                if settled.first_error is None:
+                    settled.first_error = exc
+                if key:
+                    settled.failed_keys[key] = None
 
     def _resume(self, topic: str, keys: list[str]) -> list[str]:
         resumed = []
