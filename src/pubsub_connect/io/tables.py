@@ -115,9 +115,9 @@ class TableStore(ABC):
     @abstractmethod
     def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
                     max_bytes_per_trigger: int | None = None) -> DataFrame:
-        """Stream the table's appends; a micro-batch stops before the commit that would pass either
-        bound (at least one commit is taken), as Delta Lake's ``maxFilesPerTrigger`` /
-        ``maxBytesPerTrigger`` do."""
+        """Stream the table's appends, a micro-batch bounded by Delta Lake's ``maxFilesPerTrigger`` /
+        ``maxBytesPerTrigger`` (soft bounds: a batch takes one file at least; the fallback reader
+        takes whole commits)."""
 
     def count(self, table: TableRef) -> int:
         return self.read(table).count() if self.exists(table) else 0
