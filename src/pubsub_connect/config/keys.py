@@ -278,8 +278,8 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("pipeline.max.files.per.trigger", "long", 0,
        "Max Delta files per convert/publish micro-batch (0 = all available).", min=0),
     _k("pipeline.max.bytes.per.trigger", "long", 64 * 1024 * 1024,
-       "Max Delta file bytes per convert/publish/produce micro-batch (one file at least, one commit on the "
-       "fallback; 0 = no bound): keeps a stage's memory the same whatever backlog it starts from.", min=0),
+       "Max Delta file bytes (compressed Parquet) per convert/publish/produce micro-batch (one file at least, "
+       "one commit on the fallback; 0 = no bound): a stage catching up on a long backlog takes it in parts.", min=0),
     _k("pipeline.restart.timeout.ms", "long", 300_000,
        "How long a stage that failed on an unreachable service (Kafka broker, Pub/Sub) is restarted from its "
        "checkpoint before the connector gives up (-1 = forever, 0 = never).", min=-1),

@@ -99,8 +99,8 @@ class PipelineContext:
 
     def read_table_stream(self, table: TableRef) -> DataFrame:
         """Stream a previous stage's appends, a micro-batch bounded by ``pipeline.max.files.per.trigger``
-        and ``pipeline.max.bytes.per.trigger``: the bytes bound is what keeps a stage's memory the
-        same whatever backlog it starts from."""
+        and ``pipeline.max.bytes.per.trigger``, so that a stage that was stopped while the one before
+        it ran on does not take the whole backlog in one micro-batch when it starts again."""
         return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None,
                                       int(self.worker.get("pipeline.max.bytes.per.trigger")) or None)
 
