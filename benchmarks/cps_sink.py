@@ -76,8 +76,8 @@ class DistinctReceiver:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.client = pubsub_v1.SubscriberClient()
-        # A larger window than the default 1,000 outstanding messages, so that the subscriber is
-        # not what limits the rate measured.
+        # A larger window than the default 1,000 outstanding messages: the emulator's delivery is
+        # slow enough without the subscriber holding it back as well.
         flow = pubsub_v1.types.FlowControl(max_messages=10_000, max_bytes=200 * 1024 * 1024)
         self.future = self.client.subscribe(subscription, self._on_message, flow_control=flow)
 
