@@ -6,6 +6,7 @@ machine and services, and reports the ratio: absolute numbers depend on the mach
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -14,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -101,6 +102,48 @@ def bare_publish(project: str, topic: str, count: int, size: int, max_messages: 
     return elapsed
 
 
+def create_pubsub_topic(project: str, name: str, subscribe: bool = True) -> str | None:
+    """Create topic ``name`` and, when ``subscribe``, its subscription ``<name>-sub`` (returns its
+    path): made before a connector starts, so that nothing is published before they exist. A
+    throughput run without a reader creates no subscription: the emulator would keep every
+    message for it."""
+    from google.cloud import pubsub_v1
+
+    publisher = pubsub_v1.PublisherClient()
+    topic = publisher.topic_path(project, name)
+    publisher.create_topic(request={"name": topic})
+    if not subscribe:
+        return None
+    subscriber = pubsub_v1.SubscriberClient()
+    subscription = subscriber.subscription_path(project, f"{name}-sub")
+    subscriber.create_subscription(request={"name": subscription, "topic": topic})
+    subscriber.close()
+    return subscription
+
+
+class StreamingSubscriber:
+    """A streaming-pull subscriber handing each message to :meth:`on_message` (which acks it), with
+    the lock its subclasses keep their records under. Subclasses set their own fields before
+    calling ``super().__init__``: messages may arrive as soon as it subscribed."""
+
+    def __init__(self, subscription: str, flow_control: Any = None):
+        from google.cloud import pubsub_v1
+
+        self.lock = threading.Lock()
+        self.client = pubsub_v1.SubscriberClient()
+        options = {"flow_control": flow_control} if flow_control is not None else {}
+        self.future = self.client.subscribe(subscription, self.on_message, **options)
+
+    def on_message(self, message: Any) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.future.cancel()
+        with contextlib.suppress(Exception):  # cancelled: the expected outcome
+            self.future.result(timeout=10)
+        self.client.close()
+
+
 def in_child_process(function: Any, *args: Any) -> Any:
     """``function(*args)`` run in a fresh Python process; returns its result.
 
@@ -163,24 +206,9 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 def tree_cpu_seconds(root_pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of ``root_pid`` and each of its descendants, from ``/proc``."""
-    stats: dict[int, tuple[int, float]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # exited meanwhile
-            continue
-        stats[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICK)
-    tree, todo = {root_pid}, [root_pid]
-    while todo:
-        parent = todo.pop()
-        for pid, (ppid, _) in stats.items():
-            if ppid == parent and pid not in tree:
-                tree.add(pid)
-                todo.append(pid)
-    return {pid: stats[pid][1] for pid in tree if pid in stats}
+    processes = _process_table()
+    tree = {root_pid} | _descendants(root_pid, processes)
+    return {pid: processes[pid].cpu_seconds for pid in tree if pid in processes}
 
 
 def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -188,9 +216,17 @@ def cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
-def _process_table() -> dict[int, tuple[int, str]]:
-    """``pid → (parent pid, command name)`` of every process, from ``/proc``."""
-    table_: dict[int, tuple[int, str]] = {}
+class ProcessInfo(NamedTuple):
+    """One line of ``/proc/<pid>/stat``, the fields the benchmarks use."""
+
+    ppid: int
+    name: str
+    cpu_seconds: float  # user + system
+
+
+def _process_table() -> dict[int, ProcessInfo]:
+    """Every process, from ``/proc``: its parent, command name and CPU seconds so far."""
+    table_: dict[int, ProcessInfo] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -200,14 +236,15 @@ def _process_table() -> dict[int, tuple[int, str]]:
         except OSError:  # exited meanwhile
             continue
         name, rest = text.split("(", 1)[1].rsplit(")", 1)
-        table_[int(entry)] = (int(rest.split()[1]), name)
+        fields = rest.split()
+        table_[int(entry)] = ProcessInfo(int(fields[1]), name, (int(fields[11]) + int(fields[12])) / _TICK)
     return table_
 
 
-def _descendants(root_pid: int, processes: dict[int, tuple[int, str]]) -> set[int]:
+def _descendants(root_pid: int, processes: dict[int, ProcessInfo]) -> set[int]:
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in processes.items():
-        children.setdefault(ppid, []).append(pid)
+    for pid, info in processes.items():
+        children.setdefault(info.ppid, []).append(pid)
     found: set[int] = set()
     todo = [root_pid]
     while todo:
@@ -295,11 +332,11 @@ class PeakRss:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
-    def _find_jvm(self, processes: dict[int, tuple[int, str]]) -> int | None:
+    def _find_jvm(self, processes: dict[int, ProcessInfo]) -> int | None:
         if self._jvm_pid is not None and self._jvm_pid in processes:
             return self._jvm_pid
         for pid in _descendants(self.root_pid, processes):
-            if processes[pid][1] == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid):
+            if processes[pid].name == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid):
                 self._jvm_pid = pid
                 return pid
         return None
@@ -315,7 +352,7 @@ class PeakRss:
             return
         status = _status_kb(jvm, "VmRSS", "VmHWM")
         peak["jvm"] = max(peak["jvm"], status.get("VmRSS", 0), status.get("VmHWM", 0))
-        workers = [pid for pid in _descendants(jvm, processes) if processes[pid][1].startswith("python")]
+        workers = [pid for pid in _descendants(jvm, processes) if processes[pid].name.startswith("python")]
         total = sum(_status_kb(pid, "VmRSS").get("VmRSS", 0) for pid in workers)
         peak["python_workers"] = max(peak["python_workers"], total)
         self.max_workers = max(self.max_workers, len(workers))

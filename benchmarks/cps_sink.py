@@ -29,7 +29,6 @@ process and a connector that keeps up but needs more memory than the cluster has
 from __future__ import annotations
 
 import argparse
-import contextlib
 import tempfile
 import threading
 import time
@@ -39,9 +38,11 @@ from typing import Any
 from _common import (
     ENGINES,
     PeakRss,
+    StreamingSubscriber,
     add_engine_argument,
     bare_consume,
     bare_publish,
+    create_pubsub_topic,
     in_child_process,
     produce,
     results_name,
@@ -59,7 +60,7 @@ from pubsub_connect.pipelines.runtime import build_context
 PROJECT = "bench-project"
 
 
-class DistinctReceiver:
+class DistinctReceiver(StreamingSubscriber):
     """A streaming-pull subscriber that acks everything and records when each *distinct* message
     first arrived (redeliveries do not count), keyed by the sequence id that
     :func:`_common.payload` puts at the start of each record — and the sink copies into the
@@ -74,14 +75,12 @@ class DistinctReceiver:
         self.arrivals: list[float] = []
         self.duplicates = 0
         self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.client = pubsub_v1.SubscriberClient()
         # A larger window than the default 1,000 outstanding messages: the emulator's delivery is
         # slow enough without the subscriber holding it back as well.
-        flow = pubsub_v1.types.FlowControl(max_messages=10_000, max_bytes=200 * 1024 * 1024)
-        self.future = self.client.subscribe(subscription, self._on_message, flow_control=flow)
+        super().__init__(subscription, pubsub_v1.types.FlowControl(max_messages=10_000,
+                                                                   max_bytes=200 * 1024 * 1024))
 
-    def _on_message(self, message: Any) -> None:
+    def on_message(self, message: Any) -> None:
         now = time.monotonic()
         message.ack()
         seq = int(message.data[:12])
@@ -97,12 +96,6 @@ class DistinctReceiver:
     def count(self) -> int:
         with self.lock:
             return len(self.arrivals)
-
-    def close(self) -> None:
-        self.future.cancel()
-        with contextlib.suppress(Exception):  # cancelled: the expected outcome
-            self.future.result(timeout=10)
-        self.client.close()
 
 
 class PublishedCounter:
@@ -218,23 +211,6 @@ def run_continuous(ctx: Any, connector: Any, receiver: DistinctReceiver, n: int,
             "publish_batches": len(points), "duplicates": receiver.duplicates, "stage_batch_ms": stages}
 
 
-def create_topic(topic: str, subscribe: bool) -> str | None:
-    """Create the sink's topic and, when ``subscribe``, a subscription of it (returns its path):
-    created before the connector starts, so that no message is published before it exists."""
-    from google.cloud import pubsub_v1
-
-    publisher = pubsub_v1.PublisherClient()
-    topic_path = publisher.topic_path(PROJECT, topic)
-    publisher.create_topic(request={"name": topic_path})
-    if not subscribe:
-        return None
-    subscriber = pubsub_v1.SubscriberClient()
-    subscription = subscriber.subscription_path(PROJECT, f"{topic}-sub")
-    subscriber.create_subscription(request={"name": subscription, "topic": topic_path})
-    subscriber.close()
-    return subscription
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("once", "continuous"), default="once",
@@ -260,7 +236,7 @@ def main() -> None:
             # in child processes: their memory must not count as the connector driver's
             consume_s = in_child_process(bare_consume, bootstrap, "bench", n)
             publish_s = in_child_process(bare_publish, PROJECT, "bare", n, args.size)
-            subscription = create_topic("sink", subscribe=continuous)
+            subscription = create_pubsub_topic(PROJECT, "sink", subscribe=continuous)
             receiver = DistinctReceiver(subscription, n) if subscription else None
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-sink", "topics": "bench", "cps.project": PROJECT,

@@ -23,7 +23,6 @@ times the three chained stages (ingest → convert → publish, each a micro-bat
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import statistics
@@ -35,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import table, write_results
+from _common import StreamingSubscriber, create_pubsub_topic, table, write_results
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
@@ -44,22 +43,18 @@ PROJECT = "bench-project"
 STAMP = "produced_ns"
 
 
-class Receiver:
+class Receiver(StreamingSubscriber):
     """A streaming-pull subscriber recording each message's latency (and the first arrival)."""
 
     def __init__(self, subscription: str):
-        from google.cloud import pubsub_v1
-
-        self.client = pubsub_v1.SubscriberClient()
         self.latencies_ms: list[float] = []
         #: (produce stamp, latency) pairs, to see whether latency grows during the run (backlog).
         self.samples: list[tuple[int, float]] = []
         self.first_at: float | None = None
         self.first = threading.Event()
-        self.lock = threading.Lock()
-        self.future = self.client.subscribe(subscription, self._on_message)
+        super().__init__(subscription)
 
-    def _on_message(self, message: Any) -> None:
+    def on_message(self, message: Any) -> None:
         now_ns, now = time.time_ns(), time.monotonic()
         message.ack()
         with self.lock:
@@ -75,22 +70,10 @@ class Receiver:
         with self.lock:
             return len(self.latencies_ms)
 
-    def close(self) -> None:
-        self.future.cancel()
-        with contextlib.suppress(Exception):  # cancelled: the expected outcome
-            self.future.result(timeout=10)
-        self.client.close()
-
 
 def create_topic_and_subscription(name: str) -> str:
-    from google.cloud import pubsub_v1
-
-    publisher, subscriber = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
-    topic = publisher.topic_path(PROJECT, name)
-    publisher.create_topic(request={"name": topic})
-    subscription = subscriber.subscription_path(PROJECT, f"{name}-sub")
-    subscriber.create_subscription(request={"name": subscription, "topic": topic})
-    subscriber.close()
+    subscription = create_pubsub_topic(PROJECT, name)
+    assert subscription is not None
     return subscription
 
 
