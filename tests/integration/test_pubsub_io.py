@@ -16,6 +16,7 @@ from collections import defaultdict
 from concurrent.futures import Future
 from types import SimpleNamespace
 
+import pyarrow as pa
 import pytest
 from google.api_core import exceptions as gexc
 from google.cloud.pubsub_v1 import types
@@ -315,6 +316,43 @@ def test_publish_1000_messages_with_attributes(pubsub_emulator_host: str, unique
         sorted((d, sorted((a or {}).items()), "") for d, a, _ in sent)
     assert_no_more_messages(sub, wait=1.0)
     assert topic.endswith(unique_name)
+
+
+def outbox_batch(rows: list[tuple[bytes, dict[str, str] | None]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({
+        "data": pa.array([d for d, _ in rows], pa.binary()),
+        "attributes": pa.array([list(a.items()) if a is not None else None for _, a in rows],
+                               pa.map_(pa.string(), pa.string())),
+        "ordering_key": pa.array([""] * len(rows), pa.string()),
+    })
+
+
+def test_publish_batches_sends_the_columns_as_they_are(pubsub_emulator_host: str, unique_name: str) -> None:
+    """Requests encoded from Arrow columns: what the emulator delivers is exactly the rows, over
+    several Arrow batches and requests, compressed above the threshold, with a 2 MB message, an
+    empty payload, empty attribute values, reserved-looking and non-ASCII attribute names."""
+    _, sub = create_topic_and_subscription(unique_name)
+    rows = [(bytes([i % 251]) * (i * 37 % 3000), {"seq": str(i), "ü": "ß" * (i % 3), "timeout": "t"})
+            for i in range(1500)]
+    rows += [(b"\x00" * (2 << 20), {"seq": "big"}), (b"no attributes", None), (b"", {"seq": "empty-data"})]
+    config = emulator_publisher_config(unique_name, enable_compression=True, compression_bytes_threshold=100_000)
+    with BatchPublisher(config) as publisher:
+        stats = publisher.publish_batches(iter([outbox_batch(rows[:700]), outbox_batch(rows[700:])]))
+        assert publisher.compressed_requests >= 1
+    assert (stats.messages, stats.data_bytes) == (len(rows), sum(len(d) for d, _ in rows))
+    got = pull_all(sub, len(rows))
+    assert sorted((m.data, sorted(m.attributes.items()), m.ordering_key) for m in got) == \
+        sorted((d, sorted((a or {}).items()), "") for d, a in rows)
+    assert_no_more_messages(sub, wait=1.0)
+
+
+def test_publish_batches_to_a_missing_topic_fails_the_batch(pubsub_emulator_host: str, unique_name: str) -> None:
+    config = emulator_publisher_config(f"{unique_name}-missing")
+    with BatchPublisher(config) as publisher, pytest.raises(PublishError) as err:
+        publisher.publish_batches(iter([outbox_batch([(b"a", None), (b"b", {"k": "v"})])]))
+    assert (err.value.failed, err.value.total) == (2, 2)
+    assert str(err.value).startswith(f"publish to {config.topic_path} failed: 2 of 2 message(s) not published; "
+                                     "first error: NotFound: 404 "), str(err.value)
 
 
 def test_attribute_names_that_clash_with_publish_parameters(pubsub_emulator_host: str,

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
 
+import grpc
 import pyarrow as pa
 import pytest
+from google.pubsub_v1.types import PublishRequest, PublishResponse
 
 from pubsub_connect.io.pubsub import publisher as publisher_module
 from pubsub_connect.io.pubsub import publisher_pool
@@ -19,22 +21,44 @@ from pubsub_connect.pipelines.cps_sink import PubSubPublishPartition
 CONFIG = PublisherConfig(connection=Connection(project="p", emulator_host="127.0.0.1:1"), topic="t")
 
 
+class Refused(grpc.RpcError):
+    """What a gRPC call that the service refused raises."""
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.PERMISSION_DENIED
+
+    def details(self) -> str:
+        return "refused"
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
+
+
 class FakeClient:
-    """Records what it was asked to publish; fails every publish once ``failing`` is set."""
+    """Stands in for the official client and its channel: records the messages of every Publish
+    request sent on the channel; refuses every request once ``failing`` is set."""
 
     def __init__(self) -> None:
         self.published: list[tuple[str, bytes, str, dict[str, str]]] = []
         self.failing = False
         self.stopped = False
         self.transport = self
+        self.grpc_channel = self
 
-    def publish(self, topic: str, data: bytes, ordering_key: str = "", **attributes: str) -> Future[str]:
-        future: Future[str] = Future()
+    def unary_unary(self, method: str) -> FakeClient:
+        assert method == "/google.pubsub.v1.Publisher/Publish"
+        return self
+
+    def future(self, payload: bytes, **_call_options: Any) -> Future[bytes]:
+        future: Future[bytes] = Future()
         if self.failing:
-            future.set_exception(RuntimeError("refused"))
-        else:
-            self.published.append((topic, data, ordering_key, attributes))
-            future.set_result(str(len(self.published)))
+            future.set_exception(Refused())
+            return future
+        request = PublishRequest.pb().FromString(payload)
+        for message in request.messages:
+            self.published.append((request.topic, message.data, message.ordering_key, dict(message.attributes)))
+        ids = [str(len(self.published) - i) for i in range(len(request.messages))]
+        future.set_result(PublishResponse.pb()(message_ids=ids).SerializeToString())
         return future
 
     def stop(self) -> None:
@@ -85,8 +109,10 @@ def test_later_tasks_and_batches_reuse_the_first_tasks_publisher(clients: list[F
 def test_a_failed_batch_discards_the_publisher_and_the_retry_builds_a_new_one(clients: list[FakeClient]) -> None:
     assert task([b"a"]) == 1
     clients[0].failing = True
-    with pytest.raises(publisher_module.PublishError, match="1 of 1 message"):
+    with pytest.raises(publisher_module.PublishError) as err:
         task([b"b"])
+    assert str(err.value) == ("publish to projects/p/topics/t failed: 1 of 1 message(s) not published; "
+                              "first error: PermissionDenied: 403 refused")
     assert clients[0].stopped
     assert publisher_pool.open_publisher_count() == 0
     assert task([b"b"]) == 1

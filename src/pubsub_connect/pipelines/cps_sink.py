@@ -123,20 +123,11 @@ class PubSubPublishPartition:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         try:
-            stats = shared_publisher(self.publisher_config).publish_all(_messages(batches))
+            stats = shared_publisher(self.publisher_config).publish_batches(batches)
         except BaseException:
             discard_publisher(self.publisher_config)
             raise
         yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
-
-
-def _messages(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[bytes, dict[str, str], str]]:
-    for batch in batches:
-        data = batch.column("data").to_pylist()
-        attributes = batch.column("attributes").to_pylist()
-        ordering_keys = batch.column("ordering_key").to_pylist()
-        for body, attrs, key in zip(data, attributes, ordering_keys, strict=True):
-            yield body, dict(attrs) if attrs else {}, key or ""
 
 
 def publish_to_pubsub(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int) -> int:
