@@ -27,7 +27,12 @@ from pubsub_connect.io.pubsub.publish_rpc import (
     alias_reserved_attributes,
     connector_publisher_class,
 )
-from pubsub_connect.io.pubsub.request_sender import RequestSender, sender_settings
+from pubsub_connect.io.pubsub.request_sender import (
+    MIN_ATTEMPT_S,
+    RETRYABLE_CODES,
+    RequestSender,
+    sender_settings,
+)
 from pubsub_connect.model.error_text import one_line
 
 if TYPE_CHECKING:  # the client libraries are imported lazily: importing them costs ~0.5 s
@@ -73,16 +78,16 @@ class PublisherConfig:
         return self.connection.topic_path(self.topic)
 
 
-#: Errors worth retrying for Publish. These are the codes the client's own default publish
-#: retry uses. Anything else (NOT_FOUND, PERMISSION_DENIED, INVALID_ARGUMENT) fails at once.
+#: Errors worth retrying for Publish: those of :data:`.request_sender.RETRYABLE_CODES`, the codes
+#: the client's own default publish retry uses. Anything else (NOT_FOUND, PERMISSION_DENIED,
+#: INVALID_ARGUMENT) fails at once.
 def _publish_retry_predicate() -> Callable[[BaseException], bool]:
+    import grpc
     from google.api_core import exceptions as gexc
     from google.api_core import retry as gretry
 
-    return gretry.if_exception_type(
-        gexc.Aborted, gexc.Cancelled, gexc.DeadlineExceeded, gexc.InternalServerError,
-        gexc.ResourceExhausted, gexc.ServiceUnavailable, gexc.Unknown,
-    )
+    return gretry.if_exception_type(*(gexc.exception_class_for_grpc_status(grpc.StatusCode[code])
+                                      for code in sorted(RETRYABLE_CODES)))
 
 
 class _AttemptTimeout:
@@ -104,7 +109,7 @@ class _AttemptTimeout:
         @functools.wraps(func)
         def with_timeout(*args: Any, **kwargs: Any) -> Any:
             remaining = self.total_s - (time.monotonic() - start)
-            kwargs["timeout"] = max(0.5, min(self.attempt_s, remaining))
+            kwargs["timeout"] = max(MIN_ATTEMPT_S, min(self.attempt_s, remaining))
             return func(*args, **kwargs)
 
         return with_timeout
