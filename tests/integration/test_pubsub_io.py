@@ -338,7 +338,7 @@ def test_publish_batches_sends_the_columns_as_they_are(pubsub_emulator_host: str
     config = emulator_publisher_config(unique_name, enable_compression=True, compression_bytes_threshold=100_000)
     with BatchPublisher(config) as publisher:
         stats = publisher.publish_batches(iter([outbox_batch(rows[:700]), outbox_batch(rows[700:])]))
-        assert publisher.compressed_requests >= 1
+        assert publisher.client.compressed_requests >= 1
     assert (stats.messages, stats.data_bytes) == (len(rows), sum(len(d) for d, _ in rows))
     got = pull_all(sub, len(rows))
     assert sorted((m.data, sorted(m.attributes.items()), m.ordering_key) for m in got) == \

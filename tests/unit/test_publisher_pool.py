@@ -44,6 +44,7 @@ class FakeClient:
         self.stopped = False
         self.transport = self
         self.grpc_channel = self
+        self.compressed_requests = 0
 
     def unary_unary(self, method: str) -> FakeClient:
         assert method == "/google.pubsub.v1.Publisher/Publish"

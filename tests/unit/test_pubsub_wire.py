@@ -91,3 +91,14 @@ def test_requests_hold_at_most_max_messages_and_max_bytes_and_never_nothing() ->
     assert request_bounds(framed, max_messages=100, max_bytes=35, overhead=5) == [
         (0, 3), (3, 4), (4, 7), (7, 8)]
     assert request_bounds(framed, max_messages=0, max_bytes=0) == [(i, i + 1) for i in range(8)]
+
+
+def test_large_arrow_types_encode_like_the_plain_ones() -> None:
+    """Spark sends ``large_binary``/``large_string`` with ``useLargeVarTypes``: same bytes."""
+    rows = corpus(300, seed=11)
+    data, attributes, keys = columns(rows)
+    large = framed_messages(data.cast(pa.large_binary()),
+                            attributes.cast(pa.map_(pa.large_string(), pa.large_string())),
+                            keys.cast(pa.large_string()))
+    assert large.buffer.to_pybytes() == framed_messages(data, attributes, keys).buffer.to_pybytes()
+    assert parse("t", large) == normalised(rows)

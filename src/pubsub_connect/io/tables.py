@@ -228,8 +228,6 @@ class SparkDeltaTableStore(TableStore):
         self.schema = schema
         #: ``(table path, app id)`` → the batch id this store last appended for it (see append_batch)
         self._appended: dict[tuple[str, str], int] = {}
-        #: Tables this store created and has not appended to yet: nothing can be recorded in them
-        self._created_empty: set[str] = set()
 
     def table_name(self, table: TableRef) -> str | None:
         if not (self.catalog and self.schema):
@@ -240,19 +238,11 @@ class SparkDeltaTableStore(TableStore):
         name = self.table_name(table)
         if name:
             return bool(self.spark.catalog.tableExists(name.replace("`", "")))
-        # Delta's own check reads the log (no Spark job): the read probe below costs a job, seconds
-        # on a cold session, and every stage start asks for each of its tables.
-        try:
-            from delta.tables import DeltaTable
+        # Delta's own check reads the log; a read probe would cost a Spark job, and every stage
+        # start asks for each of its tables.
+        from delta.tables import DeltaTable
 
-            return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
-        except ImportError:
-            pass
-        try:
-            self.spark.read.format("delta").load(self.path(table)).limit(0).collect()
-            return True
-        except Exception:
-            return False
+        return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
 
     def ensure(self, table: TableRef, schema: StructType) -> None:
         if self.exists(table):
@@ -269,8 +259,6 @@ class SparkDeltaTableStore(TableStore):
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
                 raise RuntimeError(f"cannot create table {name or self.path(table)}: {exc}") from exc
-            return
-        self._created_empty.add(self.path(table))
 
     def location(self, table: TableRef) -> str:
         """Where the table's files (and ``_delta_log``) are: its path, or a catalog table's location."""
@@ -302,13 +290,9 @@ class SparkDeltaTableStore(TableStore):
         new by construction (a stream replays only after a restart, which starts from a batch this
         store has not just written), and reading the recorded versions rebuilds the table's
         transaction state, a Spark job that costs as much as the append on a small cluster. Delta
-        still refuses a replayed version on its own, so skipping the read never duplicates. Nor
-        before the first append to a table this store has just created: it has no versions yet
-        (on a cold session that read takes seconds, and every new connector's stages pay it)."""
+        still refuses a replayed version on its own, so skipping the read never duplicates."""
         key = (self.path(table), app_id)
-        just_created = key[0] in self._created_empty
-        self._created_empty.discard(key[0])
-        if self._appended.get(key) != batch_id - 1 and not just_created:
+        if self._appended.get(key) != batch_id - 1:
             committed = self.committed_version(table, app_id)
             if committed is not None and committed >= batch_id:
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,

@@ -73,9 +73,11 @@ def _lengths(array: pa.Array) -> np.ndarray:
 
 
 def _as_binary(array: pa.Array) -> pa.Array:
-    """Strings and binaries as non-null binary (a null is an absent field, the same as empty)."""
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = array.cast(pa.binary() if pa.types.is_string(array.type) else pa.large_binary())
+    """Any string or binary column as non-null 32-bit-offset binary, the one type the kernels
+    below combine (Spark sends large types with ``spark.sql.execution.arrow.useLargeVarTypes``;
+    an Arrow batch of outbox rows stays far below 2 GB). A null is an absent field, as empty."""
+    if array.type != pa.binary():
+        array = array.cast(pa.binary())
     return pc.fill_null(array, b"") if array.null_count else array
 
 
@@ -140,9 +142,7 @@ def framed_messages(data: pa.Array, attributes: pa.MapArray | None = None,
     if ordering_keys is not None:
         parts.append(_length_delimited(_ORDERING_KEY, _as_binary(ordering_keys), omit_empty=True))
     message = _concat(*parts) if len(parts) > 1 else parts[0]
-    framed = _length_delimited(_MESSAGES, message, omit_empty=False)
-    if framed.offset or pa.types.is_large_binary(framed.type):
-        framed = pa.concat_arrays([framed.cast(pa.binary())])
+    framed = _length_delimited(_MESSAGES, message, omit_empty=False)  # a new array: offset 0
     offsets_buffer, buffer = framed.buffers()[1:3]
     offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=len(framed) + 1).astype(np.int64)
     ends = offsets[1:] - offsets[0]

@@ -6,8 +6,9 @@ The stages (each a streaming query with its own checkpoint, each runnable alone)
 2. ``convert`` — bronze → ``outbox/<name>``: Google's data model (``model.cps_sink``) as column
    expressions / Arrow batches; records that cannot be converted → ``dlq/<name>``, or, with
    ``errors.tolerance=none``, the connector stops naming the first such record;
-3. ``publish`` — outbox → Pub/Sub with the official publisher. A micro-batch (and so the
-   checkpoint) commits only after every publish future succeeded: at-least-once, no loss.
+3. ``publish`` — outbox → Pub/Sub (``BatchPublisher.publish_batches``: encoded requests without
+   ordering keys, the official publisher with them). A micro-batch (and so the checkpoint)
+   commits only after every message was accepted: at-least-once, no loss.
 """
 
 from __future__ import annotations

@@ -23,17 +23,19 @@ Modules, one concern each:
 - ``publisher``: publisher settings and :class:`BatchPublisher` (one micro-batch, all or error);
 - ``publish_rpc``: the official publisher client with the connector's Publish RPC (compression,
   bounded retry, reserved attribute names), isolated because it overrides a private method;
+- ``request_sender``: pre-encoded ``PublishRequest``s (``model.pubsub_wire``) sent on the client's
+  channel with the publisher keys' batching, retry, timeouts and compression: unordered publishing;
 - ``subscriber``: synchronous pull and streaming pull, both handing out messages unacked;
 - ``leases``: acknowledge / modify-ack-deadline / nack and the :class:`LeaseExtender`;
 - ``admin``: create topics and subscriptions (quickstart, tests).
 
 Delivery guarantees the pipelines build on:
 
-- **Publish (sink)**: :meth:`BatchPublisher.publish_all` returns only when *every* future has
-  succeeded, and raises :class:`PublishError` otherwise. The Spark task then fails and the
-  micro-batch is not committed. It is retried, so delivery is at-least-once and nothing is
-  lost. Failed ordering keys are resumed before raising, so the retried batch is not stuck
-  behind a paused key.
+- **Publish (sink)**: :meth:`BatchPublisher.publish_all` and :meth:`BatchPublisher.publish_batches`
+  return only when *every* message was accepted, and raise :class:`PublishError` otherwise.
+  The Spark task then fails and the micro-batch is not committed. It is retried, so delivery
+  is at-least-once and nothing is lost. Failed ordering keys are resumed before raising, so
+  the retried batch is not stuck behind a paused key.
 - **Pull (source)**: nothing here acks on its own. :func:`pull_batch` and
   :meth:`StreamingPuller.collect` return messages *unacked*. While the caller stages and commits
   them to Delta, their deadlines are extended: by a :class:`LeaseExtender` (synchronous pull) or

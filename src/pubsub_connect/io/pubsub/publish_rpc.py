@@ -59,7 +59,7 @@ def connector_publisher_class() -> type:
             self._connector_timeout = connector_timeout
             self._compression_threshold = compression_threshold
             self.aliased_attributes = False  # set once a message had a reserved attribute name
-            self.compressed_requests = 0  # observable for tests and progress reporting
+            self.compressed_requests = 0  # gzip'd Publish calls, by either path (publisher.publish_batches)
 
         def _gapic_publish(self, *args: Any, **kwargs: Any) -> Any:
             kwargs["retry"] = self._connector_retry

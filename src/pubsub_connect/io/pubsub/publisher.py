@@ -254,7 +254,6 @@ class BatchPublisher:
         self._client_factory = client_factory or publisher_client
         self._client: Any = None
         self._closed = False
-        self.compressed_requests = 0  # requests sent gzip'd by publish_batches
 
     # The lazily built client is not picklable. A BatchPublisher may be pickled before use
     # (e.g. captured in a Spark closure), so only the config travels.
@@ -325,15 +324,8 @@ class BatchPublisher:
             total = published + (1 if sync_error is not None else 0)
             failures = settled.failed + (1 if sync_error is not None else 0)
             first = sync_error if sync_error is not None else settled.first_error
-            secrets = self.config.connection.secrets()
-            detail = one_line(first, secrets) if first is not None else "unknown error"
             where = "stopped at a message the client rejected; " if sync_error is not None else ""
-            resumed_text = f"; resumed {len(resumed)} ordering key(s)" if resumed else ""
-            raise PublishError(
-                f"publish to {topic} failed: {where}{failures} of {total} message(s) not published"
-                f"{resumed_text}; first error: {detail}",
-                failed=failures, total=total, first_error=first, resumed_keys=resumed,
-            )
+            raise self._publish_error(topic, failures, total, first, where, resumed)
         return PublishStats(messages=published, data_bytes=data_bytes, seconds=seconds)
 
     def publish_batches(self, batches: Iterable[pa.RecordBatch], topic_path: str | None = None) -> PublishStats:
@@ -353,14 +345,19 @@ class BatchPublisher:
         sender = self._request_sender(topic)
         outcome = sender.send_all(framed_messages(batch.column("data"), batch.column("attributes"))
                                   for batch in batches)
-        self.compressed_requests += sender.compressed_requests
+        self.client.compressed_requests += sender.compressed_requests
         if outcome.failed:
-            secrets = self.config.connection.secrets()
-            detail = one_line(outcome.first_error, secrets) if outcome.first_error is not None else "unknown error"
-            raise PublishError(f"publish to {topic} failed: {outcome.failed} of {outcome.sent} message(s) not "
-                               f"published; first error: {detail}",
-                               failed=outcome.failed, total=outcome.sent, first_error=outcome.first_error)
+            raise self._publish_error(topic, outcome.failed, outcome.sent, outcome.first_error)
         return PublishStats(messages=outcome.sent, data_bytes=outcome.data_bytes, seconds=time.monotonic() - start)
+
+    def _publish_error(self, topic: str, failed: int, total: int, first: BaseException | None, where: str = "",
+                       resumed: Sequence[str] = ()) -> PublishError:
+        """The one line a failed batch reports, the same from either publishing path."""
+        detail = one_line(first, self.config.connection.secrets()) if first is not None else "unknown error"
+        resumed_text = f"; resumed {len(resumed)} ordering key(s)" if resumed else ""
+        return PublishError(f"publish to {topic} failed: {where}{failed} of {total} message(s) not published"
+                            f"{resumed_text}; first error: {detail}",
+                            failed=failed, total=total, first_error=first, resumed_keys=resumed)
 
     def _request_sender(self, topic: str) -> RequestSender:
         from google.pubsub_v1.services.publisher.transports.base import DEFAULT_CLIENT_INFO

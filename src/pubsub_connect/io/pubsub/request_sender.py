@@ -70,7 +70,6 @@ class _Request:
     messages: int
     started: float
     future: Any = None
-    attempts: int = 0
 
 
 class RequestSender:
@@ -130,7 +129,6 @@ class RequestSender:
         if s.compression_threshold is not None and len(request.payload) >= s.compression_threshold:
             compression = grpc.Compression.Gzip
             self.compressed_requests += 1
-        request.attempts += 1
         timeout = max(MIN_ATTEMPT_S, min(s.attempt_timeout_s, remaining))
         request.future = self._call.future(request.payload, timeout=timeout, metadata=self._metadata,
                                            compression=compression)
@@ -142,7 +140,6 @@ class RequestSender:
             outcome.failed += request.messages
             if outcome.first_error is None:
                 outcome.first_error = error
-        request.payload = b""  # settled: its bytes are no longer needed
 
     def _result(self, request: _Request, retry: bool) -> BaseException | None:
         import grpc
