@@ -186,7 +186,8 @@ def json_schemaless_records() -> list[Rec]:
     values = ['"a string"', '""', "0", "-17", "9223372036854775807", "1.5", "1e10", "0.1", "-0.0", "true",
               "false", '{"a": 1, "b": "x"}', '{"cps_message_body": "body", "attr": 2}', "{}", "[1, 2, 3]",
               '["a", "b"]', "[]", '{"nested": {"x": [1, {"y": null}]}}', '"ünïcödé ✓"', "12345678901234567890",
-              "3.141592653589793238462643383279"]
+              "3.141592653589793238462643383279", '{"a":1,"b":"x","c":[true,null,1.5,1e10,-0.0]}',
+              '[{"k":"v"},"\\u00e9\\n",-9223372036854775808]', '{"a":1,"a":2}', '{"e":"😀"}']
     keys = [b'"text-key"', b"17", b"2.5", b"true", b'{"k": 1}', b"[1, 2]", None]
     return [Rec(v.encode(), key=keys[i % len(keys)]) for i, v in enumerate(values)]
 
@@ -228,6 +229,9 @@ SCENARIOS: list[Scenario] = [
                                  "value.converter": JSON, "value.converter.schemas.enable": "false",
                                  "metadata.publish": "true", "orderingKeySource": "key"},
              json_schemaless_records()),
+    Scenario("json-schemaless-value", {"key.converter": STRING, "value.converter": JSON,
+                                       "value.converter.schemas.enable": "false", "metadata.publish": "true",
+                                       "headers.publish": "true"}, json_schemaless_records()),
     Scenario("numbers-short-integer", {"key.converter": SHORT, "value.converter": INTEGER,
                                        "metadata.publish": "true"}, number_records(INTEGER, SHORT)),
     Scenario("numbers-long-float", {"key.converter": LONG, "value.converter": FLOAT, "metadata.publish": "true",

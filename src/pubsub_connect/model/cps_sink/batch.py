@@ -1,5 +1,7 @@
 """Kafka bronze → Pub/Sub outbox for the convert stage: Spark column expressions where the
-converters allow, else the reference mapper over Arrow batches (see the package docstring).
+converters allow, else the reference mapper over Arrow batches (see the package docstring). A
+schemaless JSON value takes the column expressions for every record whose compact JSON Spark
+writes exactly as the reference does, and the reference for the others.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pubsub_connect.model.connect import DataError, Type
 from pubsub_connect.model.converters import (
     BOOLEAN_CONVERTER,
     BYTE_ARRAY_CONVERTER,
+    JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
     STRING_CONVERTER,
 )
@@ -55,6 +58,16 @@ def uses_column_path(settings: CpsSinkSettings) -> bool:
     return settings.key_converter in _COLUMN_KEY_CONVERTERS and settings.value_converter in _COLUMN_VALUE_CONVERTERS
 
 
+def uses_compact_json_path(settings: CpsSinkSettings) -> bool:
+    """True when :func:`to_outbox` maps schemaless JSON values with column expressions, leaving
+    the reference only the records whose JSON Spark may write differently (byte/string keys)."""
+    return (
+        settings.key_converter in _COLUMN_KEY_CONVERTERS
+        and settings.value_converter == JSON_CONVERTER
+        and not settings.value_schemas_enable
+    )
+
+
 def converted_schema(with_skipped_headers: bool = False) -> StructType:
     """Column contract of the rows :func:`to_outbox` returns: the outbox table's columns, then the
     raw key and value and why a row failed (``skipped_headers int`` appended when asked for).
@@ -70,19 +83,73 @@ def converted_schema(with_skipped_headers: bool = False) -> StructType:
     return StructType(fields)
 
 
-def to_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, *, with_skipped_headers: bool = False) -> DataFrame:
+def to_outbox(
+    bronze_df: DataFrame, settings: CpsSinkSettings, *, with_skipped_headers: bool = False, classified: bool = False
+) -> DataFrame:
     """Bronze rows (Spark's Kafka source columns) -> outbox rows (:func:`converted_schema`).
 
     Good rows: ``data``/``attributes``/``ordering_key`` set, ``key``/``value``/``error_*`` null.
     Bad rows: ``error_class``/``error_message`` set, ``key``/``value`` carry the raw bytes, the
     message columns null. Nothing to publish: message and error columns all null. ``topic``,
     ``partition``, ``offset`` are always the source coordinates.
+
+    ``classified``: ``bronze_df`` is :func:`classify`'s output (a caller that persists it saves
+    the second pass over the JSON text). Said, not looked up: asking a DataFrame for its columns
+    is an analysis, which a declarative pipeline's query function may not run.
     """
     if uses_column_path(settings):
         return _column_outbox(bronze_df, settings, with_skipped_headers)
+    if uses_compact_json_path(settings):
+        from pyspark.sql import functions as F
+
+        rows = bronze_df if classified else classify(bronze_df, settings)
+        exact = F.col(_JSON_EXACT)
+        in_columns = _column_outbox(rows.filter(exact), settings, with_skipped_headers)
+        by_reference = _reference_outbox(rows.filter(~exact), settings, with_skipped_headers)
+        return in_columns.unionByName(by_reference)
+    return _reference_outbox(bronze_df, settings, with_skipped_headers)
+
+
+#: Columns :func:`classify` adds: Jackson's compact text where it differs from the value's, and
+#: whether it is exactly the reference's body.
+_JSON_REWRITTEN = "_json_rewritten"
+_JSON_EXACT = "_json_exact"
+
+
+def classify(bronze_df: DataFrame, settings: CpsSinkSettings) -> DataFrame:
+    """The bronze rows with what the schemaless JSON path decides per record, computed once:
+    whether Spark's compact JSON text is exactly the reference's body (else the record goes to
+    the reference), and that text where it is not the value itself (compact input, the common
+    case, stores nothing twice). The rows unchanged for the other paths.
+
+    :func:`to_outbox` reads the rows twice (one pass keeps the exact records, one the others), so
+    a caller that runs it in a batch persists this first; a streaming view cannot and pays the
+    JSON pass twice.
+    """
+    if not uses_compact_json_path(settings):
+        return bronze_df
+    from pyspark.sql import functions as F
+
+    from pubsub_connect.model.compact_json import jackson_compact, same_as_reference
+
+    text = F.col("value").cast("string")
+    compact = jackson_compact(text)
+    return bronze_df.select(
+        *_reference_columns(settings),  # all the mapping reads: a persisted copy holds no more
+        F.when(compact != text, compact).alias(_JSON_REWRITTEN),
+        (F.col("value").isNull() | same_as_reference(text, compact)).alias(_JSON_EXACT),
+    )
+
+
+def _reference_columns(settings: CpsSinkSettings) -> list[str]:
+    """The bronze columns the mapping reads."""
     columns = ["key", "value", "topic", "partition", "offset", "timestamp"]
-    if settings.headers_publish:
-        columns.append("headers")
+    return [*columns, "headers"] if settings.headers_publish else columns
+
+
+def _reference_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, with_skipped_headers: bool) -> DataFrame:
+    """The reference mapper over the bronze rows' Arrow batches."""
+    columns = _reference_columns(settings)
     from pubsub_connect.model.frames import map_in_arrow, schema_of
     from pubsub_connect.model.schemas import KAFKA_BRONZE
 
@@ -106,9 +173,12 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
     value_error: Column = F.lit(None).cast("string")
     # Number converters produce the same big-endian bytes they read: their body is the input
     # once its length is right.
-    body = (
-        F.encode(F.make_valid_utf8(value.cast("string")), "UTF-8") if s.value_converter == STRING_CONVERTER else value
-    )
+    if s.value_converter == STRING_CONVERTER:
+        body = F.encode(F.make_valid_utf8(value.cast("string")), "UTF-8")
+    elif s.value_converter == JSON_CONVERTER:  # schemaless, records whose compact text is exact
+        body = F.coalesce(F.encode(col(_JSON_REWRITTEN), "UTF-8"), value)
+    else:
+        body = value
     if s.value_converter in NUMBER_CONVERTER_TYPES:
         width = {Type.INT16: 2, Type.INT32: 4, Type.INT64: 8, Type.FLOAT32: 4, Type.FLOAT64: 8}[
             NUMBER_CONVERTER_TYPES[s.value_converter]
