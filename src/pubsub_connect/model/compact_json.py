@@ -82,10 +82,10 @@ def _token_is_exact(token: Column) -> Column:
 
 
 def _numbers_exact(text: Column, compact: Column, parsed: Column) -> Column:
-    """No number of the document prints differently in the reference. Only documents that hold a
-    non-integer, a big number or a mixed array (the parsed variant's type says so) have their numbers checked
-    one by one: scanning every document's text with a regular expression would cost more than
-    Jackson's whole pass."""
+    """No number of the document prints differently in the reference. Only documents that hold
+    a non-integer, a big number or a mixed array (the parsed variant's type says so) have their
+    numbers checked one by one: scanning every document's text with a regular expression would
+    cost more than Jackson's whole pass."""
     from pyspark.sql import functions as F
 
     tokens = F.regexp_extract_all(F.regexp_replace(compact, _STRING_LITERAL, '""'), F.lit(_NUMBER_TOKEN), 0)
