@@ -41,7 +41,7 @@ from typing import Any
 from _common import cpu_delta, table, tree_cpu_seconds, write_results
 
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
-from pubsub_connect.model.cps_sink.batch import classify, to_outbox, uses_compact_json_path
+from pubsub_connect.model.cps_sink.batch import outbox_and_cache, to_outbox
 from pubsub_connect.model.cps_sink.reference import record_to_message
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
 
@@ -116,14 +116,6 @@ def time_write(df: Any, jvm_pid: int, cached: Any = None) -> tuple[float, float]
     return wall, cpu_delta(cpu_before, tree_cpu_seconds(jvm_pid))
 
 
-def converted(df: Any, settings: CpsSinkSettings) -> tuple[Any, Any]:
-    """The convert stage's output frame for ``df`` and the frame it persists per batch (or None)."""
-    if uses_compact_json_path(settings):
-        cached = classify(df, settings)
-        return to_outbox(cached, settings, classified=True), cached
-    return to_outbox(df, settings), None
-
-
 def time_reference(records: list[KafkaRecord], settings: CpsSinkSettings) -> tuple[float, float]:
     cpu_started, started = time.process_time(), time.perf_counter()
     for record in records:
@@ -175,7 +167,7 @@ def main() -> None:
             df.count()
             check(df, scenario.settings, args.records)
             records = python_records(df, args.reference_records)
-            outbox, cached = converted(df, scenario.settings)
+            outbox, cached = outbox_and_cache(df, scenario.settings)
             time_write(outbox, jvm_pid, cached)  # warm-up: Python workers, code paths
             scan, batch, ref = [], [], []
             for _ in range(args.rounds):

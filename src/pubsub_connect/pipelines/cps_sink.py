@@ -25,7 +25,7 @@ from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io.pubsub.publisher import PublisherConfig
 from pubsub_connect.io.pubsub.publisher_pool import discard_publisher, shared_publisher
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_sink.batch import classify, to_outbox, uses_column_path, uses_compact_json_path
+from pubsub_connect.model.cps_sink.batch import outbox_and_cache
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
@@ -89,19 +89,10 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
 
-    # The dead-letter count and the outbox append both read the converted rows. The column path
-    # is cheaper to compute twice (the count reads only the error and emptiness columns) than to
-    # copy every payload into a cache. Schemaless JSON persists its classified bronze rows: the
-    # JSON pass is the cost, and the two halves of its mapping read them. The other JSON settings
-    # run the reference per record, so their result is persisted.
-    classify_first = uses_compact_json_path(settings)
-    persist_converted = not uses_column_path(settings) and not classify_first
-
     def process(batch: DataFrame, batch_id: int) -> None:
-        cached = classify(batch, settings).persist() if classify_first else None
-        converted = to_outbox(batch if cached is None else cached, settings, classified=cached is not None)
-        if persist_converted:
-            cached = converted = converted.persist()
+        converted, cached = outbox_and_cache(batch, settings)
+        if cached is not None:
+            cached.persist()
         try:
             good, bad = split_pubsub_outbox(converted)
             failed, empty = count_unpublishable(converted)

@@ -110,6 +110,24 @@ def to_outbox(
     return _reference_outbox(bronze_df, settings, with_skipped_headers)
 
 
+def outbox_and_cache(bronze_df: DataFrame, settings: CpsSinkSettings) -> tuple[DataFrame, DataFrame | None]:
+    """A micro-batch's outbox rows (:func:`to_outbox`) and the frame worth persisting while they
+    are read more than once (a count, then an append), or None.
+
+    The column path is cheaper to compute twice (a count reads only the error and emptiness
+    columns) than to copy every payload into a cache. Schemaless JSON caches its classified rows:
+    the JSON pass is the cost, and both halves of the mapping read them. The reference path runs
+    Python per record, so its result is cached.
+    """
+    if uses_column_path(settings):
+        return to_outbox(bronze_df, settings), None
+    if uses_compact_json_path(settings):
+        classified = classify(bronze_df, settings)
+        return to_outbox(classified, settings, classified=True), classified
+    converted = to_outbox(bronze_df, settings)
+    return converted, converted
+
+
 #: Columns :func:`classify` adds: Jackson's compact text where it differs from the value's, and
 #: whether it is exactly the reference's body.
 _JSON_REWRITTEN = "_json_rewritten"
@@ -117,17 +135,15 @@ _JSON_EXACT = "_json_exact"
 
 
 def classify(bronze_df: DataFrame, settings: CpsSinkSettings) -> DataFrame:
-    """The bronze rows with what the schemaless JSON path decides per record, computed once:
-    whether Spark's compact JSON text is exactly the reference's body (else the record goes to
-    the reference), and that text where it is not the value itself (compact input, the common
-    case, stores nothing twice). The rows unchanged for the other paths.
+    """The bronze rows (with :func:`uses_compact_json_path` settings) with what the schemaless
+    JSON path decides per record, computed once: whether Spark's compact JSON text is exactly the
+    reference's body (else the record goes to the reference), and that text where it is not the
+    value itself (compact input, the common case, stores nothing twice).
 
     :func:`to_outbox` reads the rows twice (one pass keeps the exact records, one the others), so
-    a caller that runs it in a batch persists this first; a streaming view cannot and pays the
+    a batch persists this first (:func:`outbox_and_cache`); a streaming view cannot and pays the
     JSON pass twice.
     """
-    if not uses_compact_json_path(settings):
-        return bronze_df
     from pyspark.sql import functions as F
 
     from pubsub_connect.model.compact_json import jackson_compact, same_as_reference
@@ -135,13 +151,13 @@ def classify(bronze_df: DataFrame, settings: CpsSinkSettings) -> DataFrame:
     text = F.col("value").cast("string")
     compact = jackson_compact(text)
     return bronze_df.select(
-        *_reference_columns(settings),  # all the mapping reads: a persisted copy holds no more
+        *_mapped_columns(settings),  # all the mapping reads: a persisted copy holds no more
         F.when(compact != text, compact).alias(_JSON_REWRITTEN),
         (F.col("value").isNull() | same_as_reference(text, compact)).alias(_JSON_EXACT),
     )
 
 
-def _reference_columns(settings: CpsSinkSettings) -> list[str]:
+def _mapped_columns(settings: CpsSinkSettings) -> list[str]:
     """The bronze columns the mapping reads."""
     columns = ["key", "value", "topic", "partition", "offset", "timestamp"]
     return [*columns, "headers"] if settings.headers_publish else columns
@@ -149,7 +165,7 @@ def _reference_columns(settings: CpsSinkSettings) -> list[str]:
 
 def _reference_outbox(bronze_df: DataFrame, settings: CpsSinkSettings, with_skipped_headers: bool) -> DataFrame:
     """The reference mapper over the bronze rows' Arrow batches."""
-    columns = _reference_columns(settings)
+    columns = _mapped_columns(settings)
     from pubsub_connect.model.frames import map_in_arrow, schema_of
     from pubsub_connect.model.schemas import KAFKA_BRONZE
 
