@@ -11,9 +11,10 @@ implementation of the same mapping?
   result written to Spark's ``noop`` sink (every output column is computed, nothing is stored).
   Byte/string converters are pure column expressions. A schemaless JSON value is classified
   first (Spark's compact JSON text and whether it is the reference's), persisted, then mapped by
-  column expressions or, for the records Spark may write differently, the reference; the timing
-  includes the classification and the cache, as the convert stage runs it. JSON with schemas
-  goes through ``mapInArrow`` with the reference code per Arrow batch.
+  column expressions or, for the records Spark may write differently, the reference. JSON with
+  schemas goes through ``mapInArrow`` with the reference code per Arrow batch, its result
+  persisted. Each timing includes the cache the convert stage holds for a micro-batch
+  (``outbox_and_cache``), as the stage runs it.
 * **reference**: the per-record :func:`record_to_message` in a Python loop over the same records
   (collected from that DataFrame), one thread.
 
