@@ -6,8 +6,10 @@ Pub/Sub sink's:
 1. ``ingest``  — Kafka ``topics``/``topics.regex`` → ``bronze/<name>`` (the shared Kafka ingest);
 2. ``convert`` — bronze → ``outbox/<name>``: Google's Lite data model (``model.lite``: key, data,
    multi-valued attributes with the ``x-goog-pubsublite-source-kafka-*`` coordinates, event
-   time) in Arrow batches inside Spark tasks; records that cannot be encoded → ``dlq/<name>``,
-   or with ``errors.tolerance=none`` the connector stops naming the first of them;
+   time) as Spark column expressions for ByteArray and String converters
+   (``model.lite.columns``), else in Arrow batches inside Spark tasks; records that cannot be
+   encoded → ``dlq/<name>``, or with ``errors.tolerance=none`` the connector stops naming the
+   first of them;
 3. ``publish`` — outbox → the Lite topic with the official client. Rows of one Kafka partition
    go to one task in offset order; each task publishes to the Lite partitions its rows route to
    and the micro-batch (hence the checkpoint) commits only when every message was acknowledged
@@ -41,6 +43,7 @@ from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER
 from pubsub_connect.model.frames import map_in_arrow, schema_of
 from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
+from pubsub_connect.model.lite.columns import converted_columns, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import dead_letter
@@ -174,10 +177,20 @@ def _failed_rows(bronze: pa.RecordBatch, failures: list[Any], schema: pa.Schema)
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def converts_in_columns(config: ConnectorConfig) -> bool:
+    """Whether the connector's converters map as Spark column expressions (no Python per record)."""
+    return uses_columns(str(config.get("key.converter")), str(config.get("value.converter")))
+
+
 def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
-    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split_lite_outbox`."""
-    fn = ConvertPartition(str(config.get("key.converter")), bool(config.get("key.converter.schemas.enable")),
-                          str(config.get("value.converter")), bool(config.get("value.converter.schemas.enable")))
+    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split_lite_outbox`:
+    as column expressions for byte-array and string converters, else the per-record reference
+    over Arrow batches."""
+    key_converter, value_converter = str(config.get("key.converter")), str(config.get("value.converter"))
+    if uses_columns(key_converter, value_converter):
+        return converted_columns(bronze_batch, key_converter, value_converter)
+    fn = ConvertPartition(key_converter, bool(config.get("key.converter.schemas.enable")),
+                          value_converter, bool(config.get("value.converter.schemas.enable")))
     return map_in_arrow(bronze_batch.select(*_BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
 
 
@@ -196,15 +209,22 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(outbox, LITE_OUTBOX)
     ctx.store.ensure(dlq, KAFKA_DLQ)
 
+    in_columns = converts_in_columns(config)
+
     def process(batch: DataFrame, batch_id: int) -> None:
-        # persisted: the Python conversion runs once although several actions read its result
-        converted = converted_rows(batch, config).persist()
+        # Two actions read the result (the dead-letter count, the append). The Python conversion
+        # is persisted so that it runs once; the column expressions cost less to compute twice
+        # than copying every payload into a cache.
+        converted = converted_rows(batch, config)
+        if not in_columns:
+            converted.persist()
         try:
             good, bad = split_lite_outbox(converted)
             dead_letter(ctx, config, dlq, bad, batch_id)
             ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
-            converted.unpersist()
+            if not in_columns:
+                converted.unpersist()
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 
