@@ -26,6 +26,12 @@ sides' wall time, not their CPU time), so the ratio is taken from it; wall-clock
 reported too. A *scan floor* — the cached input written to ``noop`` without conversion — shows
 what reading the input alone costs the batch side.
 
+The Lite sink's convert stage is measured the same way for ByteArray and String converters
+(``lite bytes``, ``lite string``): its column expressions
+(:func:`pubsub_connect.model.lite.columns.converted_columns`) against the per-record Python
+mapping it ran before, in ``mapInArrow`` with its result persisted, as the stage ran it (both
+sides' CPU from ``/proc``, the ratio per core as above).
+
 Rounds alternate batch and reference so machine load hits both alike; figures are medians.
 Spark session start-up and data generation are excluded. Linux only (``/proc``).
 """
@@ -144,6 +150,56 @@ def check(df: Any, settings: CpsSinkSettings, n: int) -> None:
             raise RuntimeError("the reference published nothing for a generated record")
 
 
+#: The Lite sink's converter settings measured: (key converter, value converter).
+LITE_SCENARIOS = {"lite bytes": (BYTE_ARRAY_CONVERTER, BYTE_ARRAY_CONVERTER),
+                  "lite string": (STRING_CONVERTER, STRING_CONVERTER)}
+
+
+def lite_converted(df: Any, key_converter: str, value_converter: str, in_columns: bool) -> Any:
+    """The Lite convert stage's rows: its column expressions, or the per-record Python mapping
+    in ``mapInArrow`` (what other converters run)."""
+    from pubsub_connect.model.frames import map_in_arrow, schema_of
+    from pubsub_connect.model.lite.columns import converted_columns
+    from pubsub_connect.model.schemas import KAFKA_BRONZE
+    from pubsub_connect.pipelines.lite_sink import _BRONZE_INPUT, CONVERTED, ConvertPartition
+
+    if in_columns:
+        return converted_columns(df, key_converter, value_converter)
+    convert = ConvertPartition(key_converter, False, value_converter, False)
+    return map_in_arrow(df.select(*_BRONZE_INPUT), convert, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
+
+
+def lite_round(spark: Any, name: str, args: argparse.Namespace, jvm_pid: int) -> dict[str, float]:
+    """One Lite converter setting: column expressions vs. the per-record mapping, per core."""
+    from pyspark.sql import functions as F
+
+    key_converter, value_converter = LITE_SCENARIOS[name]
+    scenario = Scenario(name, CpsSinkSettings(), "", "")
+    df = bronze(spark, scenario, args.records, args.cores).persist()
+    df.count()
+    columns = lite_converted(df, key_converter, value_converter, True)
+    per_record = lite_converted(df, key_converter, value_converter, False)
+    for converted in (columns, per_record):  # not timed: every record converts cleanly
+        good = converted.filter(F.col("error_class").isNull()).count()
+        if good != args.records:
+            raise RuntimeError(f"{name}: {good} of {args.records} records converted cleanly")
+    time_write(columns, jvm_pid)  # warm-up
+    time_write(per_record, jvm_pid, per_record)
+    batch, before = [], []
+    for _ in range(args.rounds):
+        batch.append(time_write(columns, jvm_pid))
+        before.append(time_write(per_record, jvm_pid, per_record))
+    df.unpersist()
+    n = args.records
+    r = {"batch_records_per_cpu_s": n / statistics.median(cpu for _, cpu in batch),
+         "batch_records_per_s": n / statistics.median(wall for wall, _ in batch),
+         "per_record_records_per_cpu_s": n / statistics.median(cpu for _, cpu in before)}
+    r["ratio_per_core"] = r["batch_records_per_cpu_s"] / r["per_record_records_per_cpu_s"]
+    print(f"{name}: columns {r['batch_records_per_cpu_s']:,.0f} rec/CPU-s, per-record mapping "
+          f"{r['per_record_records_per_cpu_s']:,.0f} rec/CPU-s, ratio per core {r['ratio_per_core']:.2f}", flush=True)
+    return r
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000, help="records per batch round")
@@ -196,6 +252,9 @@ def main() -> None:
             print(f"{scenario.name}: batch {r['batch_records_per_cpu_s']:,.0f} rec/CPU-s "
                   f"({r['batch_records_per_s']:,.0f} rec/s wall), reference {r['reference_records_per_cpu_s']:,.0f} "
                   f"rec/CPU-s, ratio per core {r['ratio_per_core']:.2f}", flush=True)
+        for name in LITE_SCENARIOS:
+            if not only or name in only:
+                results[name] = lite_round(spark, name, args, jvm_pid)
     finally:
         spark.stop()
 
@@ -203,6 +262,12 @@ def main() -> None:
                                f"local[{args.cores}], median of {args.rounds}"),
             ("per core = per CPU-second", "batch: Spark JVM + Python workers; reference: this process")]
     for name, r in results.items():
+        if name in LITE_SCENARIOS:
+            rows.append((name, f"columns {r['batch_records_per_cpu_s']:>9,.0f}/core (wall "
+                               f"{r['batch_records_per_s']:>8,.0f}/s)  per-record mapping in Spark "
+                               f"{r['per_record_records_per_cpu_s']:>7,.0f}/core  ratio per core "
+                               f"{r['ratio_per_core']:5.2f}"))
+            continue
         rows.append((name, f"batch {r['batch_records_per_cpu_s']:>9,.0f}/core (scan floor "
                            f"{r['scan_floor_records_per_cpu_s']:>9,.0f}; wall {r['batch_records_per_s']:>8,.0f}/s)  "
                            f"reference {r['reference_records_per_cpu_s']:>7,.0f}/core  "

@@ -50,7 +50,7 @@ from _common import (
     timed_stages,
     write_results,
 )
-from latency import stage_batch_times
+from _streaming import run_together, stage_rows
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
@@ -98,117 +98,17 @@ class DistinctReceiver(StreamingSubscriber):
             return len(self.arrivals)
 
 
-class PublishedCounter:
-    """When the publish stage's micro-batches completed and how many messages each published,
-    from Spark's query progress events: a publish batch completes only once Pub/Sub accepted
-    every message of it, so this is the rate the connector delivers to Pub/Sub. (The emulator
-    hands messages to a subscriber at about 2,000 msg/s, slower than the sink publishes, so the
-    arrival rate measures the emulator, not the connector.)"""
-
-    def __init__(self, spark: Any, query_name: str):
-        from pyspark.sql.streaming import StreamingQueryListener
-
-        counter = self
-
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
-            def onQueryProgress(self, event: Any) -> None:
-                progress = event.progress
-                if progress.name == query_name and progress.numInputRows:
-                    counter.add(progress.numInputRows)
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
-
-        self.spark = spark
-        self.lock = threading.Lock()
-        #: ``(monotonic time the batch completed, messages published so far)``, in order
-        self.points: list[tuple[float, int]] = []
-        self.listener = Listener()
-        spark.streams.addListener(self.listener)
-
-    def add(self, rows: int) -> None:
-        with self.lock:
-            total = (self.points[-1][1] if self.points else 0) + rows
-            self.points.append((time.monotonic(), total))
-
-    def published(self) -> int:
-        with self.lock:
-            return self.points[-1][1] if self.points else 0
-
-    def close(self) -> None:
-        self.spark.streams.removeListener(self.listener)
-
-
-def time_of(points: list[tuple[float, int]], started: float, count: float) -> float:
-    """When ``count`` messages had been published, interpolated within the batch that reached it
-    (a batch publishes its messages through its duration)."""
-    before_t, before_n = started, 0
-    for t, n in points:
-        if n >= count:
-            return before_t + (t - before_t) * (count - before_n) / max(n - before_n, 1)
-        before_t, before_n = t, n
-    raise ValueError(f"{count} messages were never published")
-
-
-def steady_rate(points: list[tuple[float, int]], started: float, n: int) -> tuple[float, float]:
-    """Messages/s between the 10% and the 90% mark of ``n`` published, and that span (s)."""
-    lo, hi = 0.1 * n, 0.9 * n
-    span = time_of(points, started, hi) - time_of(points, started, lo)
-    return (hi - lo) / span if span > 0 else float("inf"), span
-
-
 def run_continuous(ctx: Any, connector: Any, receiver: DistinctReceiver, n: int,
                    timeout_s: float) -> dict[str, Any]:
     """Run the stages together until all ``n`` messages were published and received (or
     ``timeout_s`` passed). The rates come from the publish stage; the receiver proves that every
     record arrived, once."""
-    from pubsub_connect.pipelines.context import query_name
-    from pubsub_connect.pipelines.runner.supervisor import run_stages
-
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    counter = PublishedCounter(ctx.spark, query_name(connector, "publish"))
-
-    def run() -> None:
-        try:
-            run_stages(ctx, connector, STAGES, stop)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="sink", daemon=True)
-    started = time.monotonic()
-    thread.start()
-    try:
-        deadline = started + timeout_s
-        while not errors and thread.is_alive() and time.monotonic() < deadline:
-            if counter.published() >= n and receiver.done.is_set():
-                break
-            time.sleep(0.2)
-        stages = stage_batch_times(ctx)
-    finally:
-        stop.set()
-        thread.join(120)
-        counter.close()
-    if errors:
-        raise errors[0]
-    got, published = receiver.count(), counter.published()
-    if got < n or published < n:
-        raise SystemExit(f"cps_sink continuous: {published:,} of {n:,} published and {got:,} distinct received "
-                         f"within {timeout_s:.0f} s")
+    result = run_together(ctx, connector, STAGES, n, timeout_s, receiver.done.is_set, "cps_sink")
     with receiver.lock:
         arrivals = list(receiver.arrivals)
-    with counter.lock:
-        points = list(counter.points)
-    steady, span = steady_rate(points, started, n)
-    return {"total_s": time_of(points, started, n) - started, "first_s": arrivals[0] - started,
-            "received_s": arrivals[n - 1] - started, "steady_msgs_per_s": steady, "steady_span_s": span,
-            "publish_batches": len(points), "duplicates": receiver.duplicates, "stage_batch_ms": stages}
+    started = result.pop("started")
+    return {**result, "first_s": arrivals[0] - started, "received_s": arrivals[n - 1] - started,
+            "duplicates": receiver.duplicates}
 
 
 def main() -> None:
@@ -290,9 +190,7 @@ def main() -> None:
                                                 f"{result['steady_span_s']:,.1f} s"),
             ("received by a subscriber", f"all {n:,} distinct, first after {result['first_s']:,.1f} s, last after "
                                          f"{result['received_s']:,.1f} s (the emulator's delivery rate)"),
-            *[(f"  micro-batch {stage}", f"median {t['median_ms']:,.0f} ms, max {t['max_ms']:,.0f} ms "
-                                        f"({t['batches']:.0f} non-empty batches)")
-              for stage, t in result["stage_batch_ms"].items()],
+            *stage_rows(result["stage_batch_ms"]),
             ("redelivered (not counted)", f"{result['duplicates']:,}"),
             ("spark session start (excluded)", f"{session_s:,.1f} s"),
             *memory_rows,

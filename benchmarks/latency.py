@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import StreamingSubscriber, create_pubsub_topic, table, write_results
+from _streaming import StagesThread, stage_batch_times, stage_rows
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
@@ -134,7 +135,6 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
             drain_timeout_s: float) -> dict[str, Any]:
     """Latencies of ``rate * seconds`` records through the continuously running sink."""
     from pubsub_connect.pipelines.cps_sink import STAGES
-    from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
     name = "latency"
@@ -144,24 +144,14 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
                                   "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]"})
     connector = cfg.validate_connector(sink_keys(name), f"<{name}>")
     ctx = build_context(worker, once=False, progress=lambda _line: None)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_stages(ctx, connector, STAGES, stop)
-        except BaseException as exc:  # reported by the main thread
-            errors.append(exc)
-
-    thread = threading.Thread(target=run, name="sink", daemon=True)
-    thread.start()
+    running = StagesThread(ctx, connector, STAGES)
     p = producer(bootstrap)
     try:
         # Warm-up: one record all the way through before timing.
         p.produce(name, b"warm-up")
         p.flush(30)
-        if not receiver.first.wait(300) or errors:
-            raise RuntimeError(f"warm-up record not received: {errors[:1]}")
+        if not receiver.first.wait(300) or running.errors:
+            raise RuntimeError(f"warm-up record not received: {running.errors[:1]}")
         total = int(rate * seconds)
         interval = 1.0 / rate
         next_at = time.monotonic()
@@ -174,19 +164,17 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
             p.poll(0)
         p.flush(30)
         deadline = time.monotonic() + drain_timeout_s
-        while receiver.count() < total and time.monotonic() < deadline and not errors:
+        while receiver.count() < total and time.monotonic() < deadline and running.running():
             time.sleep(0.2)
         stages = stage_batch_times(ctx)
-        stop.set()
-        thread.join(120)
+        running.stop()
         ingest_ms = ingest_latencies(ctx, name)
     finally:
-        stop.set()
-        thread.join(120)
-        receiver.close()
-        ctx.spark.stop()
-    if errors:
-        raise errors[0]
+        try:
+            running.stop()
+        finally:
+            receiver.close()
+            ctx.spark.stop()
     got = sorted(receiver.latencies_ms)
     if not got:
         raise RuntimeError("no message arrived")
@@ -203,20 +191,6 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
             "p50_first_third_ms": statistics.median(by_stamp[:third]),
             "p50_last_third_ms": statistics.median(by_stamp[-third:]),
             "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms}
-
-
-def stage_batch_times(ctx: Any) -> dict[str, dict[str, float]]:
-    """Per running query (stage): how many non-empty micro-batches ran recently and their median
-    duration, from Spark's progress reports — where the end-to-end latency goes."""
-    out: dict[str, dict[str, float]] = {}
-    for query in ctx.spark.streams.active:
-        durations = [float(p["durationMs"].get("triggerExecution", 0)) for p in query.recentProgress
-                     if int(p.get("numInputRows") or 0) > 0]
-        if durations:
-            out[query.name or str(query.id)] = {"batches": len(durations),
-                                                "median_ms": statistics.median(durations),
-                                                "max_ms": max(durations)}
-    return out
 
 
 def ingest_latencies(ctx: Any, name: str) -> list[float]:
@@ -260,9 +234,7 @@ def main() -> None:
         ("latency max / mean", f"{lat['max_ms']:,.0f} / {lat['mean_ms']:,.0f} ms"),
         ("  Kafka → start of its ingest batch", f"p50 {lat['ingest_p50_ms']:,.0f} / p99 {lat['ingest_p99_ms']:,.0f} "
                                                  "ms (bronze ingest_time: the wait for a trigger)"),
-        *[(f"  micro-batch {stage}", f"median {t['median_ms']:,.0f} ms, max {t['max_ms']:,.0f} ms "
-                                    f"({t['batches']:.0f} non-empty batches)")
-          for stage, t in lat["stage_batch_ms"].items()],
+        *stage_rows(lat["stage_batch_ms"]),
         ("p50 first / last third produced", f"{lat['p50_first_third_ms']:,.0f} / {lat['p50_last_third_ms']:,.0f} ms"
                                             " (growing = the sink falls behind)"),
     ]

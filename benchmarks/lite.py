@@ -1,6 +1,6 @@
 """Pub/Sub Lite sink and source throughput: end-to-end messages/s vs. the bare clients, in one run.
 
-    .venv/bin/python benchmarks/lite.py [--records 50000] [--size 1024] [--partitions 3]
+    .venv/bin/python benchmarks/lite.py [--mode once|continuous] [--records 50000] [--size 1024] [--partitions 3]
 
 There is no Lite emulator; like the tests, this runs against the local Lite gRPC server of
 ``tests/lite_server``, started in its own process (so it does not share a GIL with the clients
@@ -14,6 +14,12 @@ Both directions are measured on the same services and data:
   the N messages, (2) a bare idempotent Kafka producer (the setup's produce of the same N
   records), (3) the Lite source connector (pull → convert → produce, ``--once``) reading what the
   sink published. Ratio: (3) / slower of (1), (2).
+
+``--mode continuous`` measures the sink only, its stages running together as ``pubsub-connect
+run`` does (the product's default batch size and trigger): the steady-state rate between 10% and
+90% of N published (from the publish stage's progress; a Lite publish batch completes only when
+every message has an offset), against the same bare clients. Lite's head offsets prove that
+every record arrived.
 
 A run whose connectors did not move every record fails instead of printing a rate.
 """
@@ -42,6 +48,7 @@ from _common import (
     timed_stages,
     write_results,
 )
+from _streaming import run_together, stage_rows
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices
@@ -179,14 +186,79 @@ def kafka_committed_count(bootstrap: str, topic: str, partitions: int, expect: i
     return seen
 
 
+def continuous_sink(args: argparse.Namespace) -> None:
+    """The Lite sink's stages together on a backlog of N records, against the same bare clients."""
+    n, parts = args.records, args.partitions
+    root = Path(tempfile.mkdtemp(prefix="bench-lite-continuous-"))
+    server = LiteServerProcess(root / "lite")
+    try:
+        with LocalServices(root / "services", ("kafka",)) as services:
+            bootstrap = services.running["kafka"].endpoint
+            produce(bootstrap, "bench", n, args.size, partitions=parts)
+            consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
+            create_topic_and_subscription(server, "bare", parts)
+            publish_s = bare_lite_publish(server, "bare", n, args.size)
+            create_topic_and_subscription(server, "sink", parts)
+            sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
+                                 "topics": "bench", "pubsublite.topic": "sink", "pubsublite.project": PROJECT,
+                                 "pubsublite.location": ZONE, "pubsublite.endpoint": server.endpoint,
+                                 "tasks.max": str(args.tasks)},
+                                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                                 **ENGINES[args.engine]})
+            t0 = time.perf_counter()
+            ctx = build_context(sink.worker, once=False, progress=lambda _line: None)
+            session_s = time.perf_counter() - t0
+            try:
+                result = run_together(ctx, sink.connectors[0], lite_sink.STAGES, n, args.timeout,
+                                      lambda: lite_head_total(server, "sink", parts) >= n, "lite sink")
+            finally:
+                ctx.spark.stop()
+            in_lite = lite_head_total(server, "sink", parts)
+    finally:
+        server.close()
+    if in_lite != n:
+        raise SystemExit(f"the Lite sink published {in_lite} messages for {n} records")
+    rate = {"bare consume": n / consume_s, "bare lite publish": n / publish_s,
+            "lite sink end-to-end": n / result["total_s"], "lite sink steady state": result["steady_msgs_per_s"]}
+    ratio = rate["lite sink steady state"] / min(rate["bare consume"], rate["bare lite publish"])
+    rows = [
+        ("records x size", f"{n:,} x {args.size} B, {parts} partitions"),
+        ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
+        ("bare Lite publish (official client)", f"{rate['bare lite publish']:,.0f} msg/s"),
+        ("engine / mode", f"{args.engine} / continuous, default batch size"),
+        ("Lite sink end-to-end (published)", f"{rate['lite sink end-to-end']:,.0f} msg/s, {result['total_s']:,.1f} s "
+                                             f"in {result['publish_batches']} publish batches"),
+        ("Lite sink steady state (10-90%)", f"{rate['lite sink steady state']:,.0f} msg/s over "
+                                            f"{result['steady_span_s']:,.1f} s"),
+        ("in Lite (head offsets)", f"{in_lite:,}"),
+        *stage_rows(result["stage_batch_ms"]),
+        ("spark session start (excluded)", f"{session_s:,.1f} s"),
+        ("ratio steady state / slower bare", f"{ratio:.2f}"),
+    ]
+    print(table(rows))
+    path = write_results(results_name("lite-continuous", args.engine), {
+        "engine": args.engine, "mode": "continuous", "records": n, "size": args.size, "partitions": parts,
+        "rates_msgs_per_s": rate, "total_seconds": result["total_s"], "steady_span_seconds": result["steady_span_s"],
+        "stage_batch_ms": result["stage_batch_ms"], "ratio": ratio})
+    print(f"\nresults: {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("once", "continuous"), default="once",
+                        help="once: sink then source, stages one after the other (run --once); continuous: the "
+                             "sink's stages together (run)")
     parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="continuous mode: seconds to wait for all N messages")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=2)
     add_engine_argument(parser)
     args = parser.parse_args()
+    if args.mode == "continuous":
+        continuous_sink(args)
+        return
     n, parts = args.records, args.partitions
     root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
     server = LiteServerProcess(root / "lite")

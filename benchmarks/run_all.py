@@ -15,8 +15,9 @@ some benchmarks and updates their entries in the existing summary.
 the default sizes took about 13 minutes on 2 idle cores before ``vs_google`` (Google's connector
 against ours: a few minutes more per engine). ``cps_sink-fallback``, ``cps_source-fallback``,
 ``lite-fallback`` and ``vs_google-fallback`` run the same scripts with ``--engine fallback``, so
-the end-to-end figures of both engines come from one run. ``cps_sink-continuous`` runs
-``cps_sink.py --mode continuous`` (the stages together, default batch size).
+the end-to-end figures of both engines come from one run. ``cps_sink-continuous`` and
+``lite-continuous`` run ``cps_sink.py`` / ``lite.py`` with ``--mode continuous`` (the sink's stages
+together, default batch size).
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ BENCHMARKS = (
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
     Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
+    Benchmark("lite-continuous", ("--mode", "continuous", "--records", "100000"),
+              ("--mode", "continuous", "--records", "500000")),
     # Google's connector in Kafka Connect and ours, both directions; the source at cps_source's sizes.
     Benchmark("vs_google", ("--records", "50000", "--source-records", "20000"),
               ("--records", "100000", "--source-records", "100000")),
@@ -128,7 +131,8 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
         out.append(("sink continuous steady / slower bare client", results["ratio"], "ratio"))
     elif name == "convert":
         for converter, figures in results.get("converters", {}).items():
-            out.append((f"convert {converter}: batch/ref per core", figures["ratio_per_core"], "ratio"))
+            baseline = "per-record mapping" if converter.startswith("lite") else "ref"
+            out.append((f"convert {converter}: batch/{baseline} per core", figures["ratio_per_core"], "ratio"))
     elif name == "ordering" and "ratio" in results:
         out.append(("ordering partition/none", results["ratio"], "ratio"))
     elif name == "latency":
@@ -152,6 +156,8 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
         for direction in ("sink", "source"):
             if "ratio" in results.get(direction, {}):
                 out.append((f"{direction}: ours / Google's connector", results[direction]["ratio"], "ratio"))
+    elif name == "lite-continuous" and "ratio" in results:
+        out.append(("lite sink continuous steady / slower bare client", results["ratio"], "ratio"))
     elif name == "lite":
         for direction in ("sink", "source"):
             if f"{direction}_ratio" in results:
