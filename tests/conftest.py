@@ -24,6 +24,13 @@ from pubsub_connect.io.services.s3 import start_s3
 if TYPE_CHECKING:
     from lite_server import LiteServer
 
+# This process both holds gRPC clients (Pub/Sub, Lite) and starts Spark, whose launcher forks with
+# a pre-exec hook (a real fork, so gRPC's fork handlers run in the child). Once, the session
+# fixture's JVM "exited before sending its port number" while gRPC logged an epoll error from that
+# fork, and every test that needs Spark erred. Nothing here uses gRPC in a forked child, so its
+# fork handlers are off (read when gRPC loads, which no import above does).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
 
