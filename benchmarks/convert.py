@@ -161,12 +161,12 @@ def lite_converted(df: Any, key_converter: str, value_converter: str, in_columns
     from pubsub_connect.model.frames import map_in_arrow, schema_of
     from pubsub_connect.model.lite.columns import converted_columns
     from pubsub_connect.model.schemas import KAFKA_BRONZE
-    from pubsub_connect.pipelines.lite_sink import _BRONZE_INPUT, CONVERTED, ConvertPartition
+    from pubsub_connect.pipelines.lite_sink import BRONZE_INPUT, CONVERTED, ConvertPartition
 
     if in_columns:
         return converted_columns(df, key_converter, value_converter)
     convert = ConvertPartition(key_converter, False, value_converter, False)
-    return map_in_arrow(df.select(*_BRONZE_INPUT), convert, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
+    return map_in_arrow(df.select(*BRONZE_INPUT), convert, CONVERTED, schema_of(KAFKA_BRONZE, BRONZE_INPUT))
 
 
 def lite_round(spark: Any, name: str, args: argparse.Namespace, jvm_pid: int) -> dict[str, float]:

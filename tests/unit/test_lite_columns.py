@@ -19,10 +19,10 @@ from pubsub_connect.model.lite.sink import (
     MAX_TIMESTAMP_MS,
 )
 from pubsub_connect.model.schemas import KAFKA_BRONZE, to_arrow
-from pubsub_connect.pipelines.lite_sink import _BRONZE_INPUT, ConvertPartition, converted_rows, converts_in_columns
+from pubsub_connect.pipelines.lite_sink import BRONZE_INPUT, ConvertPartition, converted_rows, converts_in_columns
 
 BRONZE_ARROW = to_arrow(KAFKA_BRONZE)
-INPUT_ARROW = pa.schema([BRONZE_ARROW.field(name) for name in _BRONZE_INPUT])
+INPUT_ARROW = pa.schema([BRONZE_ARROW.field(name) for name in BRONZE_INPUT])
 
 FIXED_ROWS: list[dict[str, Any]] = [
     # no headers, every coordinate

@@ -64,7 +64,7 @@ KAFKA = "KAFKA"
 #: server to parse DDL, which a pipeline's query function may not do.
 CONVERTED = StructType([*LITE_OUTBOX.fields, *ERROR_FIELDS, StructField("raw_key", BinaryType()),
                         StructField("raw_value", BinaryType())])
-_BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
+BRONZE_INPUT = ("key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers")
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFram
         return converted_columns(bronze_batch, key_converter, value_converter)
     fn = ConvertPartition(key_converter, bool(config.get("key.converter.schemas.enable")),
                           value_converter, bool(config.get("value.converter.schemas.enable")))
-    return map_in_arrow(bronze_batch.select(*_BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, _BRONZE_INPUT))
+    return map_in_arrow(bronze_batch.select(*BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, BRONZE_INPUT))
 
 
 def split_lite_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
