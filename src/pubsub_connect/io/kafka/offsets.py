@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
+
+#: Backoff between offset lookups of partitions whose leader is moving: Kafka's clients start at
+#: ``retry.backoff.ms`` (100 ms) and grow to ``retry.backoff.max.ms`` (1 s).
+_RETRY_BACKOFF_MIN_S = 0.1
+_RETRY_BACKOFF_MAX_S = 1.0
 
 
 def offsets_to_json(offsets: Mapping[TopicPartitionKey, int]) -> OffsetJson:
@@ -128,23 +134,44 @@ class OffsetReader:
         return sorted(found)
 
     def _list_offsets(self, tps: Sequence[TopicPartitionKey], spec: str) -> dict[TopicPartitionKey, int]:
+        """Each partition's offset by ``spec``; partitions answered with a retriable error are
+        asked again until ``fetchOffset.timeoutMs``.
+
+        Why: a partition whose leader is moving or not yet elected (a topic created a moment ago,
+        a broker restarting) answers ``NOT_LEADER_FOR_PARTITION`` or ``LEADER_NOT_AVAILABLE``.
+        Kafka's Java admin client retries those within its API timeout, which is what Spark's
+        connector relies on; librdkafka hands them to the caller, so the retry lives here.
+        """
         from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        if not tps:
-            return {}
         which = OffsetSpec.earliest() if spec == "earliest" else OffsetSpec.latest()
         isolation = IsolationLevel.READ_COMMITTED if self._read_committed else IsolationLevel.READ_UNCOMMITTED
-        futures = self._admin.list_offsets({TopicPartition(t, p): which for t, p in tps},
-                                           isolation_level=isolation, request_timeout=self.timeout_s)
+        deadline = time.monotonic() + self.timeout_s
+        backoff_s = _RETRY_BACKOFF_MIN_S
         found: dict[TopicPartitionKey, int] = {}
-        for tp, fut in futures.items():
-            try:
-                found[(tp.topic, tp.partition)] = fut.result().offset
-            except KafkaException as exc:
-                if not _is_gone(exc.args[0]):
-                    raise
-                log.debug("%s-%d disappeared while listing offsets", tp.topic, tp.partition)
+        pending = list(tps)
+        while pending:
+            futures = self._admin.list_offsets({TopicPartition(t, p): which for t, p in pending},
+                                               isolation_level=isolation, request_timeout=self.timeout_s)
+            retry: list[TopicPartitionKey] = []
+            for tp, fut in futures.items():
+                key = (tp.topic, tp.partition)
+                try:
+                    found[key] = fut.result().offset
+                except KafkaException as exc:
+                    err = exc.args[0]
+                    if _is_gone(err):
+                        log.debug("%s-%d disappeared while listing offsets", tp.topic, tp.partition)
+                    elif _is_leader_moving(err) and time.monotonic() + backoff_s < deadline:
+                        retry.append(key)
+                    else:
+                        raise
+            if retry:
+                log.debug("listing %s offsets again for %d partition(s) without a leader", spec, len(retry))
+                time.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, _RETRY_BACKOFF_MAX_S)
+            pending = sorted(retry)
         return found
 
     def earliest(self, tps: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
@@ -164,3 +191,11 @@ def _is_gone(err: Any) -> bool:
 
     return err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
                           KafkaError._UNKNOWN_TOPIC)
+
+
+def _is_leader_moving(err: Any) -> bool:
+    """Whether a client error means the partition exists but has no reachable leader right now."""
+    from confluent_kafka import KafkaError
+
+    return err.retriable() or err.code() in (KafkaError.NOT_LEADER_FOR_PARTITION,
+                                             KafkaError.LEADER_NOT_AVAILABLE)
