@@ -183,11 +183,9 @@ def test_bad_message_goes_to_dlq(spark, kafka_bootstrap: str, tmp_path: Path, un
     assert dead.error_class == "DuplicateFieldError" and "message" in dead.error_message
 
 
-def test_pull_continues_its_batch_numbers_after_a_restart(spark, kafka_bootstrap: str, tmp_path: Path,
-                                                         unique_name: str) -> None:
-    """A restarted pull stage numbers its Delta transactions after the last one Delta recorded.
-    Were it to start at 0 again, Delta would skip each new write as a replay while the messages
-    were acked anyway: lost. Every message must be in bronze exactly once after two runs."""
+def test_pull_appends_after_a_restart(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    """A restarted pull stage appends what it pulls (ten messages per append here) to the bronze
+    rows already there: every message is in bronze exactly once after two runs, and in Kafka."""
     create_topic(kafka_bootstrap, unique_name)
     _, subscription = create_topic_and_subscription(unique_name)
     connector = source_config(unique_name, subscription, unique_name, **{
@@ -196,11 +194,9 @@ def test_pull_continues_its_batch_numbers_after_a_restart(spark, kafka_bootstrap
     publish(unique_name, [(f"a{i}".encode(), {"seq": str(i)}, None) for i in range(30)])
     ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, **worker)
     bronze = TableRef("bronze", unique_name)
-    first_version = ctx.store.committed_version(bronze, f"{unique_name}/pull-0")
-    assert first_version is not None and first_version >= 2  # several batches were committed
+    assert ctx.store.count(bronze) == 30
     publish(unique_name, [(f"b{i}".encode(), {"seq": str(30 + i)}, None) for i in range(25)])
     ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, **worker)  # the stage starts again
-    assert ctx.store.committed_version(bronze, f"{unique_name}/pull-0") > first_version
     rows = ctx.store.read(bronze).select("message_id", "attributes").collect()
     assert sorted(int(r.attributes["seq"]) for r in rows) == list(range(55))
     assert len({r.message_id for r in rows}) == 55

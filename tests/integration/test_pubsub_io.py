@@ -632,6 +632,30 @@ def test_streaming_pull_flow_control_bounds_a_batch(pubsub_emulator_host: str, u
     assert seen == {str(i): b"f%d" % i for i in range(20)}
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("limits", "expected"), [
+    ({"flow_control_messages": 4}, 4),
+    # ~1 KB per message: the client admits messages while below 2,500 bytes, so a third overshoots
+    ({"flow_control_bytes": 2_500}, 3),
+])
+def test_streaming_pull_batch_that_fills_flow_control_is_handed_out_at_once(
+    pubsub_emulator_host: str, unique_name: str, limits: dict[str, int], expected: int,
+) -> None:
+    """No window and no idle timeout here: a collect that waited for more than the client may
+    deliver would block until the test's timeout."""
+    topic, sub = create_topic_and_subscription(unique_name)
+    publish(topic, [(b"%04d" % i * 250, {"seq": str(i)}, None) for i in range(10)])
+    config = source_subscriber_config(sub, streaming=True, **limits)
+    with StreamingPuller(config) as puller:
+        first = puller.collect(max_messages=10, timeout=3600)
+        assert len(first) == expected and puller.held == expected
+        puller.ack(first)
+        second = puller.collect(max_messages=10, timeout=3600)
+        assert len(second) == expected
+        puller.ack(second)
+        assert not {m.message_id for m in first} & {m.message_id for m in second}
+
+
 def test_streaming_pull_parallel_streams_and_missing_subscription(pubsub_emulator_host: str,
                                                                   unique_name: str) -> None:
     topic, sub = create_topic_and_subscription(unique_name)

@@ -96,6 +96,27 @@ def test_replayed_batch_leaves_table_unchanged(spark, store: TableStore) -> None
     assert seqs == [0, 1, 2, 3, 4]
 
 
+def test_rows_appended_without_a_transaction_id_to_a_table_created_with_properties(store: TableStore) -> None:
+    """``append_rows`` (the pull stage's append) records no transaction id, so appending the same
+    rows twice keeps both; ``ensure`` writes the table properties into the table's metadata."""
+    import pyarrow as pa
+
+    ref = TableRef("bronze", "pulled")
+    store.ensure(ref, SCHEMA, {"delta.checkpointInterval": "100"})
+    arrow_schema = pa.schema([("key", pa.binary()), ("attributes", pa.map_(pa.string(), pa.string())),
+                              ("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
+    rows = pa.Table.from_pylist([{"key": b"k1", "attributes": [("i", "1")], "ts": None, "seq": 1},
+                                 {"key": None, "attributes": None, "ts": None, "seq": 2}], schema=arrow_schema)
+    store.append_rows(ref, rows, SCHEMA)
+    store.append_rows(ref, rows, SCHEMA)
+    assert sorted((r.seq, r.key, r.attributes) for r in store.read(ref).collect()) == \
+        [(1, b"k1", {"i": "1"}), (1, b"k1", {"i": "1"}), (2, None, None), (2, None, None)]
+    table = DeltaTable(store.path(ref))
+    assert table.metadata().configuration == {"delta.checkpointInterval": "100"}
+    assert table.version() == 2  # the creation, then one commit per append
+    assert _log_transactions(store.spark, store.path(ref)) == {}
+
+
 def test_batch_read_roundtrips_types(spark, store: TableStore) -> None:
     ref = TableRef("outbox", "types")
     store.append_batch(ref, spark.createDataFrame([*_rows(7, 1), (None, None, None, 8)], SCHEMA), "a", 0)

@@ -17,6 +17,7 @@ import logging
 import posixpath
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -87,18 +88,24 @@ class TableStore(ABC):
     def exists(self, table: TableRef) -> bool: ...
 
     @abstractmethod
-    def ensure(self, table: TableRef, schema: StructType) -> None:
-        """Create the table empty with ``schema`` when it does not exist (so the next stage can
-        start streaming from it before the first record arrives)."""
+    def ensure(self, table: TableRef, schema: StructType, properties: Mapping[str, str] | None = None) -> None:
+        """Create the table empty with ``schema`` and Delta table ``properties`` when it does not
+        exist (so the next stage can start streaming from it before the first record arrives)."""
 
     @abstractmethod
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
         """Append ``df`` once per (``app_id``, ``batch_id``). Returns False when skipped because
         that batch id was already committed (a replay)."""
 
-    def append_rows(self, table: TableRef, rows: object, schema: StructType, app_id: str, batch_id: int) -> bool:
-        """Append an Arrow table built on the driver (e.g. pulled messages) idempotently."""
-        return self.append_batch(table, self.spark.createDataFrame(rows, schema), app_id, batch_id)
+    @abstractmethod
+    def append_rows(self, table: TableRef, rows: object, schema: StructType) -> None:
+        """Append an Arrow table built on the driver (pulled messages), without a transaction id.
+
+        For callers that tolerate a duplicate: the pull stage acks what it appended only after
+        this returns, so a crash in between already means a redelivery, which the next stage
+        removes by message id, and a failed append is never retried under the same batch number.
+        A transaction id could prevent nothing more, and on Delta Lake each append carrying one
+        rebuilds the table's transaction state first, the longest part of a small append."""
 
     def row_count(self, table: TableRef) -> int:
         """Rows in the table, from metadata where the backend keeps it."""
@@ -140,7 +147,7 @@ class DeltaRsTableStore(TableStore):
 
         return bool(DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options))
 
-    def ensure(self, table: TableRef, schema: StructType) -> None:
+    def ensure(self, table: TableRef, schema: StructType, properties: Mapping[str, str] | None = None) -> None:
         from deltalake import DeltaTable
 
         from pubsub_connect.model.schemas import to_arrow
@@ -149,7 +156,7 @@ class DeltaRsTableStore(TableStore):
             return
         try:
             DeltaTable.create(self.path(table), schema=to_arrow(schema), mode="ignore",
-                              storage_options=self.storage_options)
+                              configuration=dict(properties or {}), storage_options=self.storage_options)
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
                 raise RuntimeError(f"cannot create table {self.path(table)}: {exc}") from exc
@@ -165,8 +172,8 @@ class DeltaRsTableStore(TableStore):
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
         return self.append_arrow(table, df.toArrow(), app_id, batch_id)
 
-    def append_rows(self, table: TableRef, rows: object, schema: StructType, app_id: str, batch_id: int) -> bool:
-        return self.append_arrow(table, rows, app_id, batch_id)
+    def append_rows(self, table: TableRef, rows: object, schema: StructType) -> None:
+        self.append_arrow(table, rows, None, 0)
 
     def row_count(self, table: TableRef) -> int:
         """Sum of the ``numRecords`` statistics delta-rs writes for every file: no data is read."""
@@ -180,13 +187,15 @@ class DeltaRsTableStore(TableStore):
         column = pa.table(actions).column("num_records")
         return int(sum(v for v in column.to_pylist() if v is not None))
 
-    def append_arrow(self, table: TableRef, data: object, app_id: str, batch_id: int) -> bool:
-        """Append an Arrow table idempotently; retried on a concurrent-commit conflict."""
+    def append_arrow(self, table: TableRef, data: object, app_id: str | None, batch_id: int) -> bool:
+        """Append an Arrow table, once per (``app_id``, ``batch_id``) unless ``app_id`` is None;
+        retried on a concurrent-commit conflict."""
         from deltalake import CommitProperties, Transaction, write_deltalake
         from deltalake.exceptions import CommitFailedError
 
+        transactions = [] if app_id is None else [Transaction(app_id, batch_id)]
         for attempt in range(5):
-            committed = self.committed_version(table, app_id)
+            committed = None if app_id is None else self.committed_version(table, app_id)
             if committed is not None and committed >= batch_id:
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
                          app_id, committed)
@@ -197,7 +206,7 @@ class DeltaRsTableStore(TableStore):
                     data,  # type: ignore[arg-type]
                     mode="append",
                     storage_options=self.storage_options,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+                    commit_properties=CommitProperties(app_transactions=transactions),
                 )
                 return True
             except CommitFailedError:
@@ -244,7 +253,7 @@ class SparkDeltaTableStore(TableStore):
 
         return bool(DeltaTable.isDeltaTable(self.spark, self.path(table)))
 
-    def ensure(self, table: TableRef, schema: StructType) -> None:
+    def ensure(self, table: TableRef, schema: StructType, properties: Mapping[str, str] | None = None) -> None:
         if self.exists(table):
             return
         from delta.tables import DeltaTable
@@ -252,6 +261,8 @@ class SparkDeltaTableStore(TableStore):
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append
         builder = DeltaTable.createIfNotExists(self.spark).addColumns(schema)
+        for key, value in (properties or {}).items():
+            builder = builder.property(key, value)
         name = self.table_name(table)
         builder = builder.tableName(name.replace("`", "")) if name else builder.location(self.path(table))
         try:
@@ -298,15 +309,20 @@ class SparkDeltaTableStore(TableStore):
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
                          app_id, committed)
                 return False
-        writer = (df.write.format("delta").mode("append").option("txnAppId", app_id)
-                  .option("txnVersion", str(batch_id)).option("mergeSchema", "false"))
+        self._append(table, df, txnAppId=app_id, txnVersion=str(batch_id))
+        self._appended[key] = batch_id
+        return True
+
+    def append_rows(self, table: TableRef, rows: object, schema: StructType) -> None:
+        self._append(table, self.spark.createDataFrame(rows, schema))
+
+    def _append(self, table: TableRef, df: DataFrame, **options: str) -> None:
+        writer = df.write.format("delta").mode("append").option("mergeSchema", "false").options(**options)
         name = self.table_name(table)
         if name:
             writer.saveAsTable(name.replace("`", ""))
         else:
             writer.save(self.path(table))
-        self._appended[key] = batch_id
-        return True
 
     def read(self, table: TableRef) -> DataFrame:
         name = self.table_name(table)

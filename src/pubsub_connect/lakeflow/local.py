@@ -261,7 +261,8 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
     """Job stages running all along, pipeline updates one after the other until ``stop``. The
     stage after the pipeline starts once the first update has created the tables it reads."""
     from pubsub_connect.io.tables import BRONZE, TableRef
-    from pubsub_connect.model.schemas import LITE_BRONZE, PUBSUB_BRONZE
+    from pubsub_connect.model.schemas import LITE_BRONZE
+    from pubsub_connect.pipelines.cps_source import ensure_bronze
     from pubsub_connect.pipelines.runner.supervisor import run_stages
 
     errors: list[BaseException] = []
@@ -281,8 +282,10 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
 
     if before:
         # the first update reads the pulled bronze: it must exist before the puller's first commit
-        pulled = LITE_BRONZE if config.kind == LITE_SOURCE else PUBSUB_BRONZE
-        ctx.store.ensure(TableRef(BRONZE, config.name), pulled)
+        if config.kind == LITE_SOURCE:
+            ctx.store.ensure(TableRef(BRONZE, config.name), LITE_BRONZE)
+        else:
+            ensure_bronze(ctx, config)
         start(before)
     interval_s = max(int(ctx.worker.get("pipeline.trigger.interval.ms")) / 1000, 1.0)
     first = True

@@ -2,9 +2,11 @@
 
 1. ``pull`` — subscription → ``bronze/<name>``. Pub/Sub cannot replay a range, so this stage is
    not a Spark streaming source: ``tasks.max`` puller threads each pull a batch, keep its leases
-   extended while it is written, commit it to Delta (txn ``<name>/pull-<i>`` = batch number), and
-   only then ack. A crash before the commit means redelivery, never loss; a crash after the commit
-   but before the ack means a redelivered duplicate in bronze, removed by the next stage.
+   extended while it is written, append it to Delta, and only then ack. A crash before the commit
+   means redelivery, never loss; a crash after the commit but before the ack means a redelivered
+   duplicate in bronze, removed by the next stage. That is also why the appends carry no Delta
+   transaction id: it could not prevent more duplicates than that, and costs a rebuild of the
+   table's transaction state per append.
 2. ``convert`` — bronze → ``outbox/<name>``: Google's message → record model
    (``model.cps_source``), one row per ``message_id`` (within the batch and against what the
    outbox already holds); bad messages → ``dlq/<name>``.
@@ -50,6 +52,20 @@ DRAINED_AFTER_S = 3.0
 #: Short enough that messages of a crashed puller come back soon, long enough to ride out a
 #: slow commit between renewals.
 LEASE_S = 20
+#: Table properties of the pulled bronze table. Its puller appends a small batch per flow-control
+#: window, and Delta Lake writes a checkpoint every ``delta.checkpointInterval`` commits (10 by
+#: default): measured on 2 cores, a checkpoint costs 5 to 10 such appends, so every tenth append
+#: stalled the pull for seconds. The appends carry no transaction id, so nothing reads the whole
+#: table state on the write path, and convert's stream reads new commits as they come.
+PULLED_BRONZE_PROPERTIES = {"delta.checkpointInterval": "100"}
+
+
+def ensure_bronze(ctx: PipelineContext, config: ConnectorConfig) -> TableRef:
+    """The pulled bronze table, created with :data:`PULLED_BRONZE_PROPERTIES` by whichever stage
+    starts first."""
+    bronze = TableRef(BRONZE, config.name)
+    ctx.store.ensure(bronze, PUBSUB_BRONZE, PULLED_BRONZE_PROPERTIES)
+    return bronze
 
 
 def source_settings(config: ConnectorConfig) -> CpsSourceSettings:
@@ -103,11 +119,9 @@ def messages_to_arrow(messages: list[PulledMessage], subscription: str) -> pa.Ta
 class Puller:
     """One puller (one of ``tasks.max``): pull → commit to bronze → ack, batch after batch."""
 
-    def __init__(self, ctx: PipelineContext, config: ConnectorConfig, index: int):
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
         self.ctx = ctx
         self.config = config
-        self.index = index
-        self.app_id = f"{config.name}/pull-{index}"
         self.bronze = TableRef(BRONZE, config.name)
         self.sub_config = cps_subscriber_config(config)
         self.max_records = int(ctx.worker.get("pipeline.max.records.per.batch"))
@@ -143,7 +157,7 @@ class Puller:
         else:
             ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
 
-    def run_batch(self, batch_id: int, window_s: float) -> int:
+    def run_batch(self, window_s: float) -> int:
         """Pull one batch, commit it, ack it. Returns the number of messages (0: nothing came)."""
         messages = self._collect(window_s)
         if not messages:
@@ -152,9 +166,9 @@ class Puller:
         if self._streamer is None:
             with LeaseExtender(self._subscriber, self.sub_config.subscription_path,
                                       [m.ack_id for m in messages], deadline_s=LEASE_S):
-                self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE, self.app_id, batch_id)
+                self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE)
         else:  # the streaming client keeps extending leases of messages it holds
-            self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE, self.app_id, batch_id)
+            self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE)
         self._ack(messages)
         return len(messages)
 
@@ -178,24 +192,22 @@ class PullLoop(SupervisedQuery):
         self._batches = 0
         self._progress: list[dict[str, Any]] = []
         pullers = int(config.get("tasks.max"))
-        self._threads = [threading.Thread(target=self._run, args=(i,), name=f"{self.name}-{i}", daemon=True)
+        self._threads = [threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
                          for i in range(pullers)]
 
     def start(self) -> PullLoop:
-        self.ctx.store.ensure(TableRef(BRONZE, self.config.name), PUBSUB_BRONZE)
+        ensure_bronze(self.ctx, self.config)
         for thread in self._threads:
             thread.start()
         return self
 
-    def _run(self, index: int) -> None:
-        puller = Puller(self.ctx, self.config, index)
-        committed = self.ctx.store.committed_version(puller.bronze, puller.app_id)
-        batch_id = 0 if committed is None else committed + 1
+    def _run(self) -> None:
+        puller = Puller(self.ctx, self.config)
         idle_since = time.monotonic()
         try:
             while not self._stop.is_set() and self._error is None:
                 started = time.monotonic()
-                count = puller.run_batch(batch_id, DRAINED_AFTER_S if self.ctx.once else BATCH_WINDOW_S)
+                count = puller.run_batch(DRAINED_AFTER_S if self.ctx.once else BATCH_WINDOW_S)
                 if count == 0:
                     if self.ctx.once and time.monotonic() - idle_since >= DRAINED_AFTER_S:
                         return
@@ -207,7 +219,6 @@ class PullLoop(SupervisedQuery):
                                            "processedRowsPerSecond": count / elapsed})
                     self._progress = self._progress[-100:]
                     self._batches += 1
-                batch_id += 1
         except BaseException as exc:  # surfaced through exception()/awaitTermination
             self._error = exc
         finally:
@@ -297,8 +308,8 @@ def _seen_ids(ctx: PipelineContext, outbox: TableRef, dlq: TableRef, batch: Data
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     settings = check_settings(config)
-    bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
-    ctx.store.ensure(bronze, PUBSUB_BRONZE)
+    bronze = ensure_bronze(ctx, config)
+    outbox, dlq = (TableRef(kind, config.name) for kind in (OUTBOX, DLQ))
     ctx.store.ensure(outbox, KAFKA_OUTBOX)
     ctx.store.ensure(dlq, PUBSUB_DLQ)
 

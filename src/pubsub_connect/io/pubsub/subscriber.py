@@ -165,6 +165,10 @@ class StreamingPuller:
                 commit_to_delta(batch)
                 puller.ack(batch)           # only after the commit
 
+    A batch that reaches the flow-control limits is handed out at once: the client delivers
+    nothing more until some of it is acked, so waiting out the window or the idle timeout would
+    only add that wait to every batch of a backlog.
+
     Acks go out as synchronous Acknowledge RPCs (:func:`ack`), so the result is known
     (``INVALID_ACK_ID`` reported) when :meth:`ack` returns. Then the messages are dropped from
     lease management and flow control.
@@ -195,6 +199,13 @@ class StreamingPuller:
         self._lease_limit_s = ext_ms / 1000.0 if ext_ms > 0 else 3600.0  # client default: 1 h
         self._lock = threading.Lock()
         self._futures: list[Any] = []
+        # What all streams together let through before they wait for acks (the client's flow
+        # control admits messages while below both limits, so the last one may overshoot bytes).
+        streams = max(1, config.parallel_streams)
+        flow = config.stream_flow_control()
+        self._flow_messages = int(flow.max_messages) * streams
+        self._flow_bytes = int(flow.max_bytes) * streams
+        self._held_bytes = 0
 
     @property
     def subscriber(self) -> Any:
@@ -249,6 +260,7 @@ class StreamingPuller:
             last_at = time.monotonic()
             with self._lock:
                 self._held[message.ack_id] = (message, last_at)
+                self._held_bytes += message.size
             out.append(PulledMessage(
                 message_id=message.message_id,
                 data=message.data,
@@ -258,11 +270,19 @@ class StreamingPuller:
                 delivery_attempt=message.delivery_attempt,
                 ack_id=message.ack_id,
             ))
+            if self._flow_saturated():
+                break
         return out
+
+    def _flow_saturated(self) -> bool:
+        """Whether the held messages use up the flow-control limits of all streams together."""
+        with self._lock:
+            return len(self._held) >= self._flow_messages or self._held_bytes >= self._flow_bytes
 
     def _release(self, ack_ids: Sequence[str]) -> None:
         with self._lock:
             messages = [self._held.pop(i)[0] for i in ack_ids if i in self._held]
+            self._held_bytes -= sum(message.size for message in messages)
         for message in messages:
             message.drop()
 
@@ -275,7 +295,7 @@ class StreamingPuller:
         with self._lock:
             expired = [i for i, (_, received) in self._held.items() if received < cutoff]
             for ack_id in expired:
-                del self._held[ack_id]
+                self._held_bytes -= self._held.pop(ack_id)[0].size
         if expired:
             log.warning("%d message(s) from %s were held longer than maxAckExtensionMs=%d without ack; "
                         "Pub/Sub redelivers them", len(expired), self.config.subscription_path,
@@ -329,6 +349,7 @@ class StreamingPuller:
         # Anything the scheduler delivered after we stopped looking stays unacked as well.
         with self._lock:
             self._held.clear()
+            self._held_bytes = 0
         while True:
             try:
                 self._queue.get_nowait()
