@@ -44,7 +44,8 @@ def phases_text(phases: dict[str, float]) -> str:
 class PublishedCounter:
     """When the publish stage's micro-batches completed and how many messages each published,
     from Spark's query progress events: a publish batch completes only once the service (Pub/Sub
-    or Lite) accepted every message of it, so this is the rate the connector delivers. Arrival
+    or Lite) accepted every message of it (a source's produce batch: once its Kafka transaction
+    committed), so this is the rate the connector delivers. Arrival
     at a subscriber is not the rate: the Pub/Sub emulator hands messages to subscribers at about
     2,000 msg/s, slower than the sink publishes."""
 
@@ -138,13 +139,14 @@ class StagesThread:
 
 
 def run_together(ctx: Any, connector: Any, stages: Sequence[Any], n: int, timeout_s: float,
-                 delivered: Callable[[], bool], what: str) -> dict[str, Any]:
-    """Run ``stages`` together until the publish stage has published ``n`` messages and
-    ``delivered()`` confirms they arrived (or ``timeout_s`` passed). The rates come from the
-    publish stage's progress; ``delivered`` is the benchmark's proof that every record arrived."""
+                 delivered: Callable[[], bool], what: str, last_stage: str = "publish") -> dict[str, Any]:
+    """Run ``stages`` together until the last stage (a sink's ``publish``, a source's
+    ``produce``) has delivered ``n`` messages and ``delivered()`` confirms they arrived (or
+    ``timeout_s`` passed). The rates come from the last stage's progress; ``delivered`` is the
+    benchmark's proof that every record arrived."""
     from pubsub_connect.pipelines.context import query_name
 
-    counter = PublishedCounter(ctx.spark, query_name(connector, "publish"))
+    counter = PublishedCounter(ctx.spark, query_name(connector, last_stage))
     started = time.monotonic()
     running = StagesThread(ctx, connector, stages)
     arrived = False
