@@ -200,7 +200,7 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 60, f"{a}'s group at 60")
 
     # offsets move only when STOPPED; then A starts again from them
-    rewind = {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0}, "offset": {"kafka_offset": 10}}]}
+    rewind = {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0}, "offset": {"kafka_offset": 5}}]}
     status, refused = worker.request("PATCH", f"/connectors/{a}/offsets", rewind)
     assert status == 400 and "must be STOPPED" in refused["message"] and refused["error_code"] == 400
     assert worker.request("PUT", f"/connectors/{a}/stop") == (204, None)
@@ -210,11 +210,14 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
         for p in range(PARTITIONS)]})
     assert worker.request("PATCH", f"/connectors/{a}/offsets", rewind) == \
         (200, {"message": "The offsets for this connector have been altered successfully"})
-    assert worker.request("GET", f"/connectors/{a}/offsets")[1]["offsets"][0]["offset"] == {"kafka_offset": 10}
+    assert worker.request("GET", f"/connectors/{a}/offsets")[1]["offsets"][0]["offset"] == {"kafka_offset": 5}
     assert worker.request("PUT", f"/connectors/{a}/resume") == (202, None)
-    replayed = {i for i in range(60) if i % PARTITIONS == 0 and i // PARTITIONS >= 10}  # partition 0, offsets 10..19
-    again = pull_distinct(subs[a], replayed, seq, timeout=300)
-    assert {seq(m) for m in again} == replayed
+    replayed = {i for i in range(60) if i % PARTITIONS == 0 and i // PARTITIONS >= 5}  # partition 0, offsets 5..19
+    again = {seq(m) for m in pull_distinct(subs[a], replayed, seq, timeout=300)}
+    # The stop may cut short the micro-batch that published 30..59 after Pub/Sub accepted it and
+    # before its checkpoint commit; that batch is then published again (at least once). Offsets 5..9
+    # of partition 0 (records 15..27) were published long before: only the rewind brings them back.
+    assert replayed <= again and again - replayed <= set(range(30, 60)), sorted(again)
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 60, f"{a}'s group back at 60")
 
     # restart; pause B; kill -9 the worker; records produced while it is down; restart it

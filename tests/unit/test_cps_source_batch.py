@@ -232,6 +232,31 @@ def test_batch_equals_reference(spark: Any, corpus: list[dict[str, Any]], name: 
     assert got == expected(corpus, settings, start)
 
 
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_with_message_adds_the_message_as_received(spark: Any, corpus: list[dict[str, Any]], name: str) -> None:
+    """The convert stage takes the outbox's ``publish_time`` and the dead letters' message from
+    these columns instead of joining back to bronze: the outbox columns stay exactly the same,
+    and the added ones are the message's own (a message without data has empty data, as Pub/Sub
+    delivers it)."""
+    settings, start = SETTINGS[name]
+    out = to_kafka_outbox(bronze_df(spark, corpus), settings, start_counter=start, with_message=True)
+    assert tuple(out.columns) == (*OUTBOX_COLUMNS, "publish_time", "data", "attributes", "subscription")
+    reference = expected(corpus, settings, start)
+    assert collect(out) == reference
+    received = {r["message_id"]: r for r in corpus}
+    carried = {r.message_id: r for r in out.selectExpr(
+        "message_id", "error_class", "unix_millis(publish_time) AS publish_ms", "data", "attributes",
+        "subscription").collect()}
+    assert sorted(carried) == sorted(received)
+    for message_id, row in carried.items():
+        message = received[message_id]
+        assert (row.publish_ms, row.subscription) == (message["publish_time_ms"], "projects/p/subscriptions/s")
+        if row.error_class is not None:
+            assert bytes(row.data) == bytes.fromhex(message.get("data_hex") or "")
+            assert row.attributes == message.get("attributes")
+    assert sum(r.error_class is not None for r in carried.values()) == sum(r.error_class is not None for r in reference)
+
+
 def test_issue_examples_in_batch(spark: Any, corpus: list[dict[str, Any]]) -> None:
     """Spot checks with literal values, so a shared bug in batch and reference cannot hide."""
     by_id = {

@@ -275,16 +275,10 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> PullLoop:
 # --------------------------------------------------------------------------------------------
 
 
-def split_kafka_outbox(fresh: DataFrame, converted: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``to_kafka_outbox`` rows of the ``fresh`` bronze rows (those whose message id the outbox
-    and DLQ do not hold yet) → (outbox rows, dead-letter rows)."""
-    publish_times = fresh.groupBy("message_id").agg(F.min("publish_time").alias("publish_time"))
-    good = (converted.filter(F.col("error_class").isNull())
-            .join(publish_times, "message_id")
-            .select(*[f.name for f in KAFKA_OUTBOX.fields]))
-    firsts = fresh.dropDuplicates(["message_id"]).select("message_id", "subscription", "data", "attributes")
-    bad = (converted.filter(F.col("error_class").isNotNull()).select("message_id", "error_class", "error_message")
-           .join(firsts, "message_id")
+def split_kafka_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """``to_kafka_outbox(..., with_message=True)`` rows → (outbox rows, dead-letter rows)."""
+    good = converted.filter(F.col("error_class").isNull()).select(*[f.name for f in KAFKA_OUTBOX.fields])
+    bad = (converted.filter(F.col("error_class").isNotNull())
            .select(F.lit("convert").alias("stage"), "message_id", "subscription",
                    F.lit(None).cast("binary").alias("key"),
                    F.col("data").alias("value"), "attributes", "error_class", "error_message",
@@ -320,16 +314,16 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             start_counter = ctx.store.row_count(outbox)
             # persisted: the look-up of seen ids and the conversion run once although the DLQ
             # count and the outbox append both read them (and the round-robin numbering of
-            # ``start_counter`` is then the same for both)
-            fresh = batch.join(seen, "message_id", "left_anti").persist()
-            converted = to_kafka_outbox(fresh, settings, start_counter).persist()
+            # ``start_counter`` is then the same for both); the rows carry what the outbox and
+            # the dead letters need of the message, so nothing joins back to the input
+            fresh = batch.join(seen, "message_id", "left_anti")
+            converted = to_kafka_outbox(fresh, settings, start_counter, with_message=True).persist()
             try:
-                good, bad = split_kafka_outbox(fresh, converted)
+                good, bad = split_kafka_outbox(converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
                 ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
             finally:
                 converted.unpersist()
-                fresh.unpersist()
         finally:
             batch.unpersist()
 

@@ -408,8 +408,13 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     )
 
 
-def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int = 0) -> DataFrame:
+def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int = 0, *,
+                    with_message: bool = False) -> DataFrame:
     """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``.
+
+    ``with_message`` adds the columns of :func:`_message_columns` (``publish_time`` for the
+    outbox, the message as received for the dead letters), so that a stage needs no join back
+    to its input.
 
     Pure Spark expressions (JsonConverter envelopes included: Spark's ``to_json`` escapes strings
     like Kafka's Jackson), except ``hash_value``, which appends ``Arrays.hashCode`` of the data in
@@ -442,7 +447,7 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
         )
         slot = F.pmod(F.lit(start_counter % count) + F.row_number().over(order) - 1, F.lit(count))
         partition = F.when(F.col("_rr"), slot).otherwise(partition)
-    return staged.select(*_outbox_columns(partition))
+    return staged.select(*_outbox_columns(partition), *(_message_columns() if with_message else []))
 
 
 def _outbox_columns(partition: Column) -> list[Any]:
@@ -451,6 +456,16 @@ def _outbox_columns(partition: Column) -> list[Any]:
 
     return ["key", "value", "headers", partition.cast("int").alias("partition"), "timestamp", "message_id",
             F.col("error_class").cast("string"), F.col("error_message").cast("string")]
+
+
+def _message_columns() -> list[Column]:
+    """Of a staged frame: ``publish_time`` (for the outbox), and ``data``, ``attributes``,
+    ``subscription`` (for the dead letters: the message as received; a dead letter's ``value``
+    is its data, never converted)."""
+    from pyspark.sql import functions as F
+
+    return [F.col("_publish_time").alias("publish_time"), F.col("value").alias("data"),
+            F.col("_attributes").alias("attributes"), F.col("_subscription").alias("subscription")]
 
 
 def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
@@ -473,13 +488,7 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     staged = _staged(messages, settings)
     spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
     partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))
-    return staged.select(
-        *_outbox_columns(partition),
-        F.col("_publish_time").alias("publish_time"),
-        F.col("value").alias("data"),
-        F.col("_attributes").alias("attributes"),
-        F.col("_subscription").alias("subscription"),
-    )
+    return staged.select(*_outbox_columns(partition), *_message_columns())
 
 
 def next_round_robin_counter(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int) -> int:
