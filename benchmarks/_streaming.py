@@ -109,7 +109,7 @@ def steady_rate(points: list[tuple[float, int]], started: float, n: int) -> tupl
 
 class StagesThread:
     """A connector's stages running together (``run_stages`` in continuous mode) in a thread,
-    as ``pubsub-connect run`` runs them; ``stop()`` ends them at a batch boundary. An error the
+    as ``pubsub-connect run`` runs them; ``stop()`` stops their queries. An error the
     stages raised is kept in ``errors`` for the benchmark's main thread to report."""
 
     def __init__(self, ctx: Any, connector: Any, stages: Sequence[Any]):

@@ -8,7 +8,7 @@ Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
    (a subprocess, continuous mode, one record already waiting in Kafka) until a streaming-pull
    subscriber receives that record — what a user waits for after typing the command: Python
    imports, Spark start-up, three streaming queries, first micro-batches, the publish. The
-   subprocess is then stopped with SIGTERM (a clean stop at a batch boundary).
+   subprocess is then stopped with SIGTERM (a clean stop; a micro-batch cut short runs again on restart).
 2. **Latency**: the sink running continuously in this process (``run_stages`` with
    ``once=False`` in a thread, stopped by an event), records produced at a fixed modest rate
    for a fixed time with the produce wall-clock time in a header (``headers.publish=true``

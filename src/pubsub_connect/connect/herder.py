@@ -368,7 +368,8 @@ class Herder:
         log.debug("%s failed", runtime.name, exc_info=exc)
 
     def _halt(self, runtime: ConnectorRuntime) -> None:
-        """Stop the connector's queries at a batch boundary and wait for its thread."""
+        """Stop the connector's queries and wait for its thread. A micro-batch cut short is not
+        committed and runs again when the connector starts again."""
         runtime.stop_event.set()
         if runtime.thread is not None:
             runtime.thread.join()
