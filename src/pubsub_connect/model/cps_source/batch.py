@@ -412,9 +412,7 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
                     with_message: bool = False) -> DataFrame:
     """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``.
 
-    ``with_message`` adds the columns of :func:`_message_columns` (``publish_time`` for the
-    outbox, the message as received for the dead letters), so that a stage needs no join back
-    to its input.
+    ``with_message`` adds :func:`_message_columns`, so that a stage joins nothing back to its input.
 
     Pure Spark expressions (JsonConverter envelopes included: Spark's ``to_json`` escapes strings
     like Kafka's Jackson), except ``hash_value``, which appends ``Arrays.hashCode`` of the data in
