@@ -255,6 +255,44 @@ def test_rotation_rules_give_exact_files(tmp_path: Path) -> None:
         "000000000100.gz", "000000000103.gz", "000000000106.gz", "000000000109.gz"]
 
 
+@pytest.mark.parametrize(("offsets", "arrow_rows"), [
+    ([0, 1, 2, 5, 4, 6], 10_000),  # within one Arrow batch
+    ([0, 1, 2, 3, 2, 3], 4),  # the second Arrow batch goes back: taken for a replay, it would be skipped
+])
+def test_a_task_refuses_a_partition_out_of_offset_order(offsets: list[int], arrow_rows: int, tmp_path: Path) -> None:
+    records = [("t", 0, o, T0, b"v%d" % o) for o in offsets]
+    store = LocalStore(tmp_path / "out")
+    connector = Run(store, _settings(tmp_path, flush_size=2), ListSource(records), arrow_rows=arrow_rows)
+    with pytest.raises(archive_settings.ArchiveWriteError, match=r"^t-0: offset.* in offset order$|"
+                                                                 r"^t-0: offsets out of order in one task"):
+        connector._run(connector.coordinator.task(), _table(records))
+    assert connector.coordinator.in_flight and connector.coordinator.states == {}
+
+
+def test_a_task_refuses_a_partition_whose_records_come_apart(tmp_path: Path) -> None:
+    records = [("t", 0, 0, T0, b"a"), ("t", 1, 0, T0, b"b"), ("t", 0, 1, T0, b"c")]
+    connector = Run(LocalStore(tmp_path / "out"), _settings(tmp_path), ListSource(records))
+    with pytest.raises(archive_settings.ArchiveWriteError,
+                       match=r"^t-0: its records came apart in one task; the archive needs each partition's "
+                             r"records together$"):
+        connector._run(connector.coordinator.task(), _table(records))
+
+
+def test_a_partition_reported_by_two_tasks_fails_the_batch_and_changes_no_state(tmp_path: Path) -> None:
+    records = [("t", 0, o, T0, b"v%d" % o) for o in range(4)]
+    store = LocalStore(tmp_path / "out")
+    connector = Run(store, _settings(tmp_path, flush_size=100), ListSource(records))
+    connector.batch(records[:1])
+    before = dict(connector.coordinator.states)
+    halves = [connector.coordinator.task()(iter(_table(part).to_batches())) for part in (records[1:2], records[2:])]
+    rows = [row for task in halves for out in task for row in out.to_pylist()]
+    connector.coordinator.in_flight = True
+    with pytest.raises(ConnectorError, match=r"^arch-test: t-0 was archived by two tasks of one micro-batch; the "
+                                             r"archive needs each topic-partition in one task$"):
+        connector.coordinator.apply(rows)
+    assert connector.coordinator.states == before and connector.coordinator.in_flight
+
+
 @pytest.mark.parametrize("target", ["local", "s3"])
 def test_crash_mid_file_then_resume_rewrites_identical_objects(target: str, tmp_path: Path,
                                                                 request: pytest.FixtureRequest) -> None:
@@ -695,6 +733,34 @@ def test_every_known_partition_gets_a_task_of_its_own(spark: Any) -> None:
     tasks = {(r.topic, r.partition): r.task for r in placed}
     assert {tp: tasks[tp] for tp in known} == {tp: slot for slot, tp in enumerate(known)}
     assert ("appeared-later", 0) in tasks  # not in the map: hashed into one task like before
+
+
+@pytest.mark.slow
+def test_rows_not_split_by_topic_partition_are_regrouped_or_refused(tmp_path: Path, spark: Any) -> None:
+    """The stage hands Spark's Kafka source's partitions to the tasks as they are (one per
+    topic-partition, in offset order). Rows spread any other way are archived only when regrouped;
+    as they are, the batch fails naming why, and nothing of it is applied."""
+    records = _stream(3, 60)
+    frame = (spark.createDataFrame(_table(records).to_pylist(), "topic string, partition int, offset long, ts long, "
+                                                                "value binary")
+             .repartition(4))  # round robin: every partition's rows over several tasks
+    source = archive_records.KafkaRecordSource(archive_records.replay_options(
+        {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "topic-a"}))  # never read: no earlier file
+    policy = {"block_size": 300, "chunks_per_file": 4, "flush_size": 25}
+
+    refused = archive_coordinator.ArchiveCoordinator(LocalStore(tmp_path / "refused"),
+                                                     _settings(tmp_path, **policy), "split", source, {})
+    with pytest.raises(Exception, match="the archive needs each"):
+        archive_coordinator.archive_frame(frame, refused)
+    assert refused.states == {} and refused.in_flight
+
+    store = LocalStore(tmp_path / "regrouped")
+    coordinator = archive_coordinator.ArchiveCoordinator(store, _settings(tmp_path, **policy), "split", source, {})
+    reports = archive_coordinator.archive_frame(frame, coordinator, regroup=True)
+    assert sorted((r.topic, r.partition) for r in reports) == [("topic-a", p) for p in range(3)]
+    assert {tp: s.next_offset for tp, s in coordinator.states.items()} == {("topic-a", p): 60 for p in range(3)}
+    assert _archived_records(store, "arch/") == {
+        ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p][:50] for p in range(3)}  # 10 still open
 
 
 @pytest.mark.slow

@@ -133,7 +133,9 @@ class ArchiveQuery(SupervisedQuery):
 
 def kafka_options(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, str]:
     """Spark Kafka source options: worker client settings, the connector's
-    ``consumer.override.*`` keys, the subscription and the batch size."""
+    ``consumer.override.*`` keys, the subscription and the batch size. Never ``minPartitions``
+    or ``maxRecordsPerPartition``: without them each topic-partition is one Spark partition,
+    which the tasks take as they are (:func:`archive_frame`)."""
     options = kafka_client_options(ctx.worker, "consumer.", config)
     topics, regex = config.get("topics"), config.get("topics.regex")
     if topics:
@@ -178,7 +180,7 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
 
     def process(batch: DataFrame, batch_id: int) -> None:
         with coordinator.lock:
-            reports = archive_frame(select_archive_columns(batch), coordinator)
+            reports = archive_frame(select_archive_columns(batch), coordinator)  # as the source split it
             reports += flush_due_files(ctx.spark, coordinator)
         files = sum(len(r.files) for r in reports)
         log.info("%s: batch %d: %d file(s) archived; open files: %s", config.name, batch_id, files,

@@ -121,9 +121,17 @@ class _PartitionWork:
         self.pending: list[Records] = []
         self.files: list[CommittedFile] = []
         self.skipped = 0
+        #: Whether this task gave the partition records already: only its first records may be
+        #: below ``next_offset`` (a replayed micro-batch), never later ones.
+        self.fed = False
 
     def feed(self, records: Records) -> None:
         """Plan this run of the partition's records (sorted) and write the files it completes."""
+        if self.fed and records and records.offsets[0] < self.next_offset:
+            raise ArchiveWriteError(f"{self.topic}-{self.partition}: offset {records.offsets[0]} came after "
+                                    f"{self.next_offset - 1} in one task; the archive needs each partition's "
+                                    "records in offset order")
+        self.fed = True
         seen = bisect_left(records.offsets, self.next_offset)
         if seen:  # a replayed range: those records are archived or in the open file already
             self.skipped += seen
@@ -166,9 +174,13 @@ class _PartitionWork:
 
 
 def _partition_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, int, int, int]]:
-    """``(topic, partition, start, stop)`` of each run of rows of one topic-partition."""
+    """``(topic, partition, start, stop)`` of each run of rows of one topic-partition; raises
+    when a run's offsets do not increase (checked on the column, not per record in Python)."""
+    import numpy as np
+
     topics = batch.column("topic").to_pylist()
     partitions = batch.column("partition").to_pylist()
+    offsets = batch.column("offset").to_numpy(zero_copy_only=False) if "offset" in batch.schema.names else None
     n = len(topics)
     start = 0
     while start < n:
@@ -176,6 +188,9 @@ def _partition_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, int, int, int]
         stop = start + 1
         while stop < n and partitions[stop] == partition and topics[stop] == topic:
             stop += 1
+        if offsets is not None and stop - start > 1 and not bool(np.all(np.diff(offsets[start:stop]) > 0)):
+            raise ArchiveWriteError(f"{topic}-{partition}: offsets out of order in one task; the archive needs "
+                                    "each partition's records in offset order")
         yield topic, partition, start, stop
         start = stop
 
@@ -184,12 +199,13 @@ def _partition_runs(batch: pa.RecordBatch) -> Iterator[tuple[str, int, int, int]
 class ArchiveTask:
     """The ``mapInArrow`` callable: archives the topic-partitions of one Spark partition.
 
-    Input: rows ``topic, partition, offset, ts, value`` grouped by topic-partition and sorted by
-    offset — or, for the end-of-run job (``final``), just ``topic, partition`` naming the
-    partitions whose open file is to be written. Output: one :data:`REPORT_DDL` row per
-    topic-partition. Everything the task needs travels in this object (pickled into the task):
-    the store with its credentials, the settings, the Kafka client settings of ``source`` and
-    the partition states as of the start of the micro-batch.
+    Input: rows ``topic, partition, offset, ts, value`` grouped by topic-partition and in
+    increasing offsets (as a Kafka source reads them; refused otherwise: a record out of order
+    would be taken for a replayed one and skipped) — or, for the end-of-run job (``final``),
+    just ``topic, partition`` naming the partitions whose open file is to be written. Output: one
+    :data:`REPORT_DDL` row per topic-partition. Everything the task needs travels in this object
+    (pickled into the task): the store with its credentials, the settings, the Kafka client
+    settings of ``source`` and the partition states as of the start of the micro-batch.
     """
 
     store: ObjectStore = field(repr=False)
@@ -204,12 +220,17 @@ class ArchiveTask:
 
         staging = TaskStaging(self.settings.buffer_dir, self.connector)
         work: _PartitionWork | None = None
+        done: set[TopicPartition] = set()
         try:
             for batch in batches:
                 records = Records.from_batch(batch) if "offset" in batch.schema.names else None
                 for topic, partition, start, stop in _partition_runs(batch):
                     if work is None or (work.topic, work.partition) != (topic, partition):
+                        if (topic, partition) in done:
+                            raise ArchiveWriteError(f"{topic}-{partition}: its records came apart in one task; the "
+                                                    "archive needs each partition's records together")
                         if work is not None:
+                            done.add((work.topic, work.partition))
                             yield pa.RecordBatch.from_pylist([report_row(work.finish(self.final))],
                                                              schema=report_schema())
                         work = _PartitionWork(self, topic, partition, staging)
