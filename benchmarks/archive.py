@@ -1,7 +1,7 @@
 """Archive sink throughput: end-to-end messages/s vs. the bare clients, in one run.
 
-    .venv/bin/python benchmarks/archive.py [--records 100000] [--size 1024] [--partitions 3]
-                                           [--target local|s3]
+    .venv/bin/python benchmarks/archive.py [--mode once|continuous] [--records 100000] [--size 1024]
+                                           [--partitions 3] [--target local|s3]
 
 Starts a local Kafka broker (and, with ``--target s3``, a moto S3 server with a bucket,
 path-style addressing), produces N records of SIZE bytes, then measures, on the same services
@@ -13,6 +13,13 @@ slower of (1) and (2), which bounds what one Kafka → gzip stream can reach her
 compresses in executor tasks, one per topic-partition, so with several partitions and cores it
 can pass (2). ``--batch`` makes files span micro-batches: a file is then compressed in the batch
 that completes it, after reading its first records again from Kafka.
+
+``--mode continuous`` runs the stage as ``pubsub-connect run`` does (the product's default
+micro-batch size unless ``--batch`` is given): the rate is that of records in committed files,
+the store polled every 0.2 s (a file counts once its ``.gz`` is visible, its records read from its
+index), and the steady state is the rate between 10% and 90% of N archived. The last files of
+each partition are written by ``offset.flush.interval.ms``, set to 10 s here, not the 60 s default,
+so that the run does not wait a minute for its tail; a file that fills up is written at once.
 
 After the run the archive is read back (every file's index, and every block decompressed with
 the project's reader) and must hold exactly the N records, once each; otherwise the script fails.
@@ -26,8 +33,10 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
+from typing import Any
 
 from _common import bare_consume, event_payload, produce, table, write_results
+from _streaming import StagesThread, stage_batch_times, stage_rows, steady_rate, time_of
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.objectstore.archive_files import list_archive_files
@@ -92,15 +101,55 @@ def archived(store: ObjectStore, n: int, size: int) -> tuple[int, int, int]:
     return files, records, stored
 
 
+def archived_so_far(store: ObjectStore, counted: dict[str, int]) -> int:
+    """Records in the committed files now; each file's count is read once, from its index."""
+    for objects in list_archive_files(store, PREFIX).values():
+        for obj in objects:
+            if obj.has_index and obj.name.gz_key not in counted:
+                counted[obj.name.gz_key] = sum(c.num_records for c in parse_index(store.read(obj.name.index_key)))
+    return sum(counted.values())
+
+
+def run_continuous(ctx: Any, connector: Any, store: ObjectStore, n: int, timeout_s: float) -> dict[str, Any]:
+    """The stage running as ``run`` runs it until the store holds N records; the points are
+    ``(monotonic time seen, records archived)``."""
+    counted: dict[str, int] = {}
+    points: list[tuple[float, int]] = []
+    started = time.monotonic()
+    running = StagesThread(ctx, connector, STAGES)
+    count = 0
+    try:
+        while running.running() and time.monotonic() < started + timeout_s:
+            count = archived_so_far(store, counted)
+            if count > (points[-1][1] if points else 0):
+                points.append((time.monotonic(), count))
+            if count >= n:
+                break
+            time.sleep(0.2)
+        stage_ms = stage_batch_times(ctx)
+    finally:
+        running.stop()
+    if count < n:
+        raise SystemExit(f"archive continuous: {count:,} of {n:,} records archived within {timeout_s:.0f} s")
+    steady, span = steady_rate(points, started, n)
+    return {"total_s": time_of(points, started, n) - started, "steady_msgs_per_s": steady, "steady_span_s": span,
+            "stage_batch_ms": stage_ms}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("once", "continuous"), default="once",
+                        help="once: --once, one micro-batch; continuous: as run, the steady-state rate")
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--target", choices=("local", "s3"), default="local")
     parser.add_argument("--batch", type=int, default=0,
-                        help="pipeline.max.records.per.batch (default: all records in one micro-batch)")
+                        help="pipeline.max.records.per.batch (default: --mode once all records in one "
+                             "micro-batch, --mode continuous the product's default)")
+    parser.add_argument("--timeout", type=float, default=900, help="continuous mode: seconds to wait for all N")
     args = parser.parse_args()
+    continuous = args.mode == "continuous"
     n = args.records
     root = Path(tempfile.mkdtemp(prefix="bench-archive-"))
     buffer = root / "buffer"
@@ -131,17 +180,25 @@ def main() -> None:
             gzip_s = bare_gzip_write(n, args.size, root / "bare.gz")
             gzip_bytes = (root / "bare.gz").stat().st_size
 
-            run = cfg.load_raw(connector, {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
-                                           "pipeline.max.records.per.batch": str(args.batch or n)})
+            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data")}
+            if args.batch or not continuous:
+                worker["pipeline.max.records.per.batch"] = str(args.batch or n)
+            if continuous:
+                worker["offset.flush.interval.ms"] = "10000"
+            run = cfg.load_raw(connector, worker)
             store = open_store(run.connectors[0])
             chunks_per_file = int(run.connectors[0].get("chunks.per.file"))
             t0 = time.perf_counter()
-            ctx = build_context(run.worker, once=True, progress=lambda _line: None)
+            ctx = build_context(run.worker, once=not continuous, progress=lambda _line: None)
             session_s = time.perf_counter() - t0
             try:
                 started = time.perf_counter()
-                run_stages(ctx, run.connectors[0], STAGES)
-                e2e_s = time.perf_counter() - started
+                if continuous:
+                    together = run_continuous(ctx, run.connectors[0], store, n, args.timeout)
+                    e2e_s = together["total_s"]
+                else:
+                    run_stages(ctx, run.connectors[0], STAGES)
+                    e2e_s = time.perf_counter() - started
             finally:
                 ctx.spark.stop()
             files, _, stored = archived(store, n, args.size)
@@ -149,29 +206,38 @@ def main() -> None:
 
     mb = n * args.size / 1e6
     rate = {"bare consume": n / consume_s, "bare gzip writer": n / gzip_s, "connector end-to-end": n / e2e_s}
+    if continuous:
+        rate["connector steady state"] = together["steady_msgs_per_s"]
     limit = min(rate["bare consume"], rate["bare gzip writer"])
-    ratio = rate["connector end-to-end"] / limit
+    ratio = rate["connector steady state" if continuous else "connector end-to-end"] / limit
     rows = [
         ("records x size", f"{n:,} x {args.size} B ({mb:,.0f} MB), {args.partitions} partitions"),
+        ("mode", f"{args.mode}, pipeline.max.records.per.batch "
+                 f"{run.worker.get('pipeline.max.records.per.batch'):,}"),
         ("target", f"{args.target} ({store.url(PREFIX)})"),
         ("produce (setup)", f"{n / produce_s:,.0f} msg/s"),
         ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
         ("bare gzip writer (zlib level 6)", f"{mb / gzip_s:,.1f} MB/s, {rate['bare gzip writer']:,.0f} msg/s "
                                             f"-> {gzip_bytes / 1e6:,.2f} MB"),
         ("connector end-to-end", f"{rate['connector end-to-end']:,.0f} msg/s, {mb / e2e_s:,.1f} MB/s "
-                                 f"({e2e_s:,.1f} s)"),
+                                 f"({e2e_s:,.1f} s{', start-up and the 10 s tail included' if continuous else ''})"),
+        *([("connector steady state", f"{together['steady_msgs_per_s']:,.0f} msg/s "
+                                      f"(10% -> 90% archived in {together['steady_span_s']:,.1f} s)"),
+           *stage_rows(together["stage_batch_ms"])] if continuous else []),
         ("spark session start (excluded)", f"{session_s:,.1f} s"),
         ("files written", f"{files} .gz (+ {files} .index.json), {stored / 1e6:,.2f} MB; "
                           f"block {BLOCK_SIZE:,} B, {chunks_per_file} blocks per file"),
         ("records archived (read back)", f"{n:,} (each once)"),
-        ("ratio to the slower bare client", f"{ratio:.2f}"),
+        ("ratio to the slower bare client", f"{ratio:.2f}{' (steady state)' if continuous else ''}"),
     ]
     print(table(rows))
-    path = write_results("archive", {
-        "records": n, "size": args.size, "partitions": args.partitions, "target": args.target,
+    path = write_results("archive-continuous" if continuous else "archive", {
+        "mode": args.mode, "records": n, "size": args.size, "partitions": args.partitions, "target": args.target,
         "block_size": BLOCK_SIZE, "rates_msgs_per_s": rate,
         "mb_per_s": {"bare gzip writer": mb / gzip_s, "connector end-to-end": mb / e2e_s},
-        "spark_session_s": session_s, "files": files, "ratio": ratio})
+        "spark_session_s": session_s, "files": files, "ratio": ratio,
+        **({"steady_span_s": together["steady_span_s"], "stage_batch_ms": together["stage_batch_ms"]}
+           if continuous else {})})
     print(f"\nresults: {path}")
 
 

@@ -16,8 +16,9 @@ the default sizes took about 13 minutes on 2 idle cores before ``vs_google`` (Go
 against ours: a few minutes more per engine). ``cps_sink-fallback``, ``cps_source-fallback``,
 ``lite-fallback`` and ``vs_google-fallback`` run the same scripts with ``--engine fallback``, so
 the end-to-end figures of both engines come from one run. ``cps_sink-continuous``,
-``cps_source-continuous`` and ``lite-continuous`` run ``cps_sink.py`` / ``cps_source.py`` /
-``lite.py`` with ``--mode continuous`` (the connector's stages together, default batch size).
+``cps_source-continuous``, ``archive-continuous`` and ``lite-continuous`` run ``cps_sink.py`` /
+``cps_source.py`` / ``archive.py`` / ``lite.py`` with ``--mode continuous`` (the connector's stages
+together, default batch size).
 """
 
 from __future__ import annotations
@@ -76,6 +77,8 @@ BENCHMARKS = (
               ("--mode", "continuous", "--records", "100000")),
     # full: 200k-record micro-batches (one 1M-record batch of 1 KB would be ~1 GB of Arrow in a 2g driver)
     Benchmark("archive", ("--records", "100000"), ("--records", "1000000", "--batch", "200000")),
+    Benchmark("archive-continuous", ("--mode", "continuous", "--records", "200000"),
+              ("--mode", "continuous", "--records", "500000")),
     Benchmark("lite", ("--records", "100000"), ("--records", "1000000")),
     Benchmark("lite-continuous", ("--mode", "continuous", "--records", "100000"),
               ("--mode", "continuous", "--records", "500000")),
@@ -157,6 +160,8 @@ def headline(name: str, results: dict[str, Any]) -> list[tuple[str, float, str]]
         out.append(("source continuous steady / slower bare client", results["ratio"], "ratio"))
     elif name == "archive" and "ratio" in results:
         out.append(("archive e2e / slower bare client", results["ratio"], "ratio"))
+    elif name == "archive-continuous" and "ratio" in results:
+        out.append(("archive continuous steady / slower bare client", results["ratio"], "ratio"))
     elif name == "vs_google":
         for direction in ("sink", "source"):
             if "ratio" in results.get(direction, {}):
