@@ -141,19 +141,40 @@ class OffsetClient:
                             exc, self.conn) from None
 
 
+#: Probes guessed from the mean message size before :func:`bounded_end` falls back to bisecting.
+_GUESSED_PROBES = 8
+
+
 def bounded_end(partition_bytes: Callable[[int], int], start: int, end: int, budget: int) -> int:
     """The largest ``e`` in ``(start, end]`` whose range ``[start, e)`` is at most ``budget``
     bytes (``partition_bytes(e)`` is that size), at least ``start + 1`` so a single large message
-    never stalls a partition. Binary search: O(log n) size look-ups, only when over budget."""
-    if end <= start + 1 or partition_bytes(end) <= budget:
+    never stalls a partition.
+
+    Each size look-up is a ``ComputeMessageStats`` call, and a plain bisection over a large
+    backlog took ~17 of them per partition for every micro-batch. Messages of a topic are mostly
+    of similar size, so the next probe is where the budget ends at the mean message size of the
+    last range measured: about three look-ups find the end. After ``_GUESSED_PROBES`` guesses
+    (sizes that vary wildly) the search bisects, so it stays O(log n) look-ups."""
+    if end <= start + 1:
+        return end
+    size = partition_bytes(end)
+    if size <= budget:
         return end
     lo, hi = start + 1, end - 1  # lo always fits (by definition), hi + 1 does not
+    probed_end, probed_size = end, size
+    guesses = 0
     while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if partition_bytes(mid) <= budget:
-            lo = mid
+        if guesses < _GUESSED_PROBES:
+            guesses += 1
+            probe = start + (probed_end - start) * budget // max(probed_size, 1)
+            probe = min(max(probe, lo + 1), hi)
         else:
-            hi = mid - 1
+            probe = (lo + hi + 1) // 2
+        probed_end, probed_size = probe, partition_bytes(probe)
+        if probed_size <= budget:
+            lo = probe
+        else:
+            hi = probe - 1
     return lo
 
 
