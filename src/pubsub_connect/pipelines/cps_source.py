@@ -39,6 +39,7 @@ from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import PipelineContext, Stage, query_name
 from pubsub_connect.pipelines.dead_letters import dead_letter
 from pubsub_connect.pipelines.kafka_produce import produce_stage
+from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
@@ -306,12 +307,13 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     outbox, dlq = (TableRef(kind, config.name) for kind in (OUTBOX, DLQ))
     ctx.store.ensure(outbox, KAFKA_OUTBOX)
     ctx.store.ensure(dlq, PUBSUB_DLQ)
+    outbox_rows = OutboxRowCount(ctx.store, outbox)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
             seen = _seen_ids(ctx, outbox, dlq, batch)
-            start_counter = ctx.store.row_count(outbox)
+            start_counter = outbox_rows.current()
             # persisted: the look-up of seen ids and the conversion run once although the DLQ
             # count and the outbox append both read them (and the round-robin numbering of
             # ``start_counter`` is then the same for both); the rows carry what the outbox and
@@ -321,7 +323,13 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             try:
                 good, bad = split_kafka_outbox(converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
-                ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
+                if ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id):
+                    outbox_rows.appended(good.count())
+                else:
+                    outbox_rows.forget()
+            except BaseException:
+                outbox_rows.forget()
+                raise
             finally:
                 converted.unpersist()
         finally:

@@ -50,6 +50,7 @@ from pubsub_connect.model.lite.source import (
 from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS, to_arrow
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, librdkafka_client
 from pubsub_connect.pipelines.kafka_produce import produce_stage
+from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
 if TYPE_CHECKING:
@@ -211,16 +212,26 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(outbox, LITE_KAFKA_OUTBOX)
     topic = str(config.get("kafka.topic"))
     converters = source_converters(config)
+    outbox_rows = OutboxRowCount(ctx.store, outbox)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()  # read once: for the emptiness check and the conversion
+        batch = batch.persist()  # read once: for the row count and the conversion
         try:
-            if batch.isEmpty():
+            rows = batch.count()
+            if rows == 0:
                 return
             # the outbox size as round-robin start: deterministic when this batch is replayed
-            out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), ctx.store.row_count(outbox),
+            out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), outbox_rows.current(),
                                        converters)
-            ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
+            try:
+                appended = ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
+            except BaseException:
+                outbox_rows.forget()
+                raise
+            if appended:  # every bronze row is one outbox row
+                outbox_rows.appended(rows)
+            else:
+                outbox_rows.forget()
         finally:
             batch.unpersist()
 
