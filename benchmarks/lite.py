@@ -15,11 +15,14 @@ Both directions are measured on the same services and data:
   records), (3) the Lite source connector (pull → convert → produce, ``--once``) reading what the
   sink published. Ratio: (3) / slower of (1), (2).
 
-``--mode continuous`` measures the sink only, its stages running together as ``pubsub-connect
-run`` does (the product's default batch size and trigger): the steady-state rate between 10% and
-90% of N published (from the publish stage's progress; a Lite publish batch completes only when
-every message has an offset), against the same bare clients. Lite's head offsets prove that
-every record arrived.
+``--mode continuous`` runs one direction's stages together, as ``pubsub-connect run`` does (the
+product's default batch size and trigger), against the same bare clients: the steady-state rate
+between 10% and 90% of N delivered. ``--direction sink`` (the default): from the publish stage's
+progress (a Lite publish batch completes only when every message has an offset); Lite's head
+offsets prove that every record arrived. ``--direction source``: N messages published to Lite by
+the official publisher, read by the bare subscriber on one subscription and by the source on
+another; the rate from the produce stage's progress (a produce batch completes when its Kafka
+transaction committed); a ``read_committed`` consumer proves that Kafka holds all N.
 
 A run whose connectors did not move every record fails instead of printing a rate.
 """
@@ -243,11 +246,84 @@ def continuous_sink(args: argparse.Namespace) -> None:
     print(f"\nresults: {path}")
 
 
+def continuous_source(args: argparse.Namespace) -> None:
+    """The Lite source's stages together on a backlog of N messages, against the same bare clients."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from google.cloud.pubsublite import AdminClient as LiteAdminClient
+    from google.cloud.pubsublite import Subscription
+    from google.cloud.pubsublite.types import CloudZone
+
+    n, parts = args.records, args.partitions
+    root = Path(tempfile.mkdtemp(prefix="bench-lite-source-continuous-"))
+    server = LiteServerProcess(root / "lite")
+    try:
+        with LocalServices(root / "services", ("kafka",)) as services:
+            bootstrap = services.running["kafka"].endpoint
+            produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
+            create_topic_and_subscription(server, "bare", parts)
+            lite_admin = LiteAdminClient(region=CloudZone.parse(ZONE).region, **server.client_kwargs())
+            immediately = Subscription.DeliveryConfig.DeliveryRequirement.DELIVER_IMMEDIATELY
+            lite_admin.create_subscription(Subscription(
+                name=subscription_path("connector"), topic=topic_path("bare"),
+                delivery_config=Subscription.DeliveryConfig(delivery_requirement=immediately)))
+            publish_s = bare_lite_publish(server, "bare", n, args.size)
+            subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
+            kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
+            kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
+            source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
+                                   "pubsublite.subscription": "connector", "kafka.topic": "from-lite",
+                                   "pubsublite.project": PROJECT, "pubsublite.location": ZONE,
+                                   "pubsublite.endpoint": server.endpoint, "tasks.max": str(args.tasks)},
+                                  {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                                   **ENGINES[args.engine]})
+            t0 = time.perf_counter()
+            ctx = build_context(source.worker, once=False, progress=lambda _line: None)
+            session_s = time.perf_counter() - t0
+            try:
+                result = run_together(ctx, source.connectors[0], lite_source.STAGES, n, args.timeout,
+                                      lambda: kafka_committed_count(bootstrap, "from-lite", parts, n) >= n,
+                                      "lite source", last_stage="produce")
+            finally:
+                ctx.spark.stop()
+            in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
+    finally:
+        server.close()
+    if in_kafka != n:
+        raise SystemExit(f"the Lite source produced {in_kafka} records for {n} messages")
+    rate = {"bare lite publish": n / publish_s, "bare lite subscribe": n / subscribe_s, "bare produce": n / produce_s,
+            "lite source end-to-end": n / result["total_s"], "lite source steady state": result["steady_msgs_per_s"]}
+    ratio = rate["lite source steady state"] / min(rate["bare lite subscribe"], rate["bare produce"])
+    rows = [
+        ("records x size", f"{n:,} x {args.size} B, {parts} partitions"),
+        ("bare Lite publish (official client, setup)", f"{rate['bare lite publish']:,.0f} msg/s"),
+        ("bare Lite subscribe + ack (official client)", f"{rate['bare lite subscribe']:,.0f} msg/s"),
+        ("bare produce (confluent-kafka, idempotent)", f"{rate['bare produce']:,.0f} msg/s"),
+        ("engine / mode", f"{args.engine} / continuous, default batch size"),
+        ("Lite source end-to-end (produced)", f"{rate['lite source end-to-end']:,.0f} msg/s, "
+                                              f"{result['total_s']:,.1f} s in {result['publish_batches']} produce "
+                                              "batches"),
+        ("Lite source steady state (10-90%)", f"{rate['lite source steady state']:,.0f} msg/s over "
+                                              f"{result['steady_span_s']:,.1f} s"),
+        ("in Kafka (read_committed)", f"{in_kafka:,}"),
+        *stage_rows(result["stage_batch_ms"]),
+        ("spark session start (excluded)", f"{session_s:,.1f} s"),
+        ("ratio steady state / slower bare", f"{ratio:.2f}"),
+    ]
+    print(table(rows))
+    path = write_results(results_name("lite-source-continuous", args.engine), {
+        "engine": args.engine, "mode": "continuous", "direction": "source", "records": n, "size": args.size,
+        "partitions": parts, "rates_msgs_per_s": rate, "total_seconds": result["total_s"],
+        "steady_span_seconds": result["steady_span_s"], "stage_batch_ms": result["stage_batch_ms"], "ratio": ratio})
+    print(f"\nresults: {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("once", "continuous"), default="once",
-                        help="once: sink then source, stages one after the other (run --once); continuous: the "
-                             "sink's stages together (run)")
+                        help="once: sink then source, stages one after the other (run --once); continuous: one "
+                             "direction's stages together (run)")
+    parser.add_argument("--direction", choices=("sink", "source"), default="sink",
+                        help="continuous mode: the Lite sink or the Lite source")
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="continuous mode: seconds to wait for all N messages")
@@ -257,7 +333,7 @@ def main() -> None:
     add_engine_argument(parser)
     args = parser.parse_args()
     if args.mode == "continuous":
-        continuous_sink(args)
+        (continuous_source if args.direction == "source" else continuous_sink)(args)
         return
     n, parts = args.records, args.partitions
     root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
