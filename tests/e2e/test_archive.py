@@ -736,10 +736,10 @@ def test_every_known_partition_gets_a_task_of_its_own(spark: Any) -> None:
 
 
 @pytest.mark.slow
-def test_rows_not_split_by_topic_partition_are_regrouped_or_refused(tmp_path: Path, spark: Any) -> None:
+def test_rows_not_split_by_topic_partition_are_refused_and_archived_once_grouped(tmp_path: Path, spark: Any) -> None:
     """The stage hands Spark's Kafka source's partitions to the tasks as they are (one per
-    topic-partition, in offset order). Rows spread any other way are archived only when regrouped;
-    as they are, the batch fails naming why, and nothing of it is applied."""
+    topic-partition, in offset order). Rows spread any other way fail the batch naming why, and
+    nothing of it is applied; the same rows grouped per topic-partition and sorted are archived."""
     records = _stream(3, 60)
     frame = (spark.createDataFrame(_table(records).to_pylist(), "topic string, partition int, offset long, ts long, "
                                                                 "value binary")
@@ -756,7 +756,9 @@ def test_rows_not_split_by_topic_partition_are_regrouped_or_refused(tmp_path: Pa
 
     store = LocalStore(tmp_path / "regrouped")
     coordinator = archive_coordinator.ArchiveCoordinator(store, _settings(tmp_path, **policy), "split", source, {})
-    reports = archive_coordinator.archive_frame(frame, coordinator, regroup=True)
+    grouped = (archive_coordinator.spread_partitions(frame, {("topic-a", p): p for p in range(3)})
+               .sortWithinPartitions("topic", "partition", "offset"))
+    reports = archive_coordinator.archive_frame(grouped, coordinator)
     assert sorted((r.topic, r.partition) for r in reports) == [("topic-a", p) for p in range(3)]
     assert {tp: s.next_offset for tp, s in coordinator.states.items()} == {("topic-a", p): 60 for p in range(3)}
     assert _archived_records(store, "arch/") == {
@@ -785,7 +787,7 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
     # is the tail the flush writes.
     coordinator = archive_coordinator.ArchiveCoordinator(
         store, _settings(buffer, "", block_size=400, flush_size=50), "no-driver",
-        archive_records.KafkaRecordSource(archive_records.replay_options(options)), {}, [(topic, 0), (topic, 1)])
+        archive_records.KafkaRecordSource(archive_records.replay_options(options)), {})
 
     def micro_batch(start: int, end: int) -> Any:
         """What the stream hands ``process``: Spark's Kafka source over an offset range."""

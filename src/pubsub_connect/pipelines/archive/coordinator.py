@@ -41,15 +41,14 @@ class ArchiveCoordinator:
     """
 
     def __init__(self, store: ObjectStore, settings: ArchiveSettings, connector: str, source: RecordSource,
-                 resume: Mapping[TopicPartition, int], subscribed: Iterable[TopicPartition] = (),
-                 flush_interval_ms: int | None = None, clock: Callable[[], float] = time.monotonic):
+                 resume: Mapping[TopicPartition, int], flush_interval_ms: int | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.store = store
         self.settings = settings
         self.connector = connector
         self.source = source
         self.states: dict[TopicPartition, PartitionState] = {tp: PartitionState(offset)
                                                              for tp, offset in resume.items()}
-        self.known: set[TopicPartition] = set(subscribed) | set(resume)
         #: True from the start of a job until its reports are applied: when a job is cut short,
         #: the states no longer say what the store holds, and nothing may be written from them.
         self.in_flight = False
@@ -69,10 +68,6 @@ class ArchiveCoordinator:
         self._job_started = self.clock()
         return ArchiveTask(self.store.portable(), self.settings, self.connector, self.source, dict(self.states),
                            final)
-
-    def slots(self) -> dict[TopicPartition, int]:
-        """A distinct task for every known topic-partition (see :func:`spread_partitions`)."""
-        return {tp: slot for slot, tp in enumerate(sorted(self.known))}
 
     def open_files(self) -> dict[TopicPartition, OpenFile]:
         return {tp: state.open_file for tp, state in sorted(self.states.items()) if state.open_file is not None}
@@ -95,7 +90,6 @@ class ArchiveCoordinator:
             tp = (report.topic, report.partition)
             before = self.states.get(tp, PartitionState()).open_file
             self.states[tp] = report.state
-            self.known.add(tp)
             now_open = report.state.open_file
             if now_open is None:
                 self.opened_at.pop(tp, None)
@@ -248,7 +242,7 @@ class IdleFlusher:
                 return
 
 
-def archive_frame(frame: DataFrame, coordinator: ArchiveCoordinator, regroup: bool = False) -> list[PartitionReport]:
+def archive_frame(frame: DataFrame, coordinator: ArchiveCoordinator) -> list[PartitionReport]:
     """Archive a micro-batch (columns ``topic, partition, offset, ts, value``) in executor tasks;
     only the tasks' reports come back to the driver.
 
@@ -256,15 +250,12 @@ def archive_frame(frame: DataFrame, coordinator: ArchiveCoordinator, regroup: bo
     without ``minPartitions`` or ``maxRecordsPerPartition`` gives exactly that: one Spark
     partition per topic-partition, in Kafka's order (the archive's reads set neither), so its
     rows go to the tasks as they are. Moving every value through a shuffle and a sort only to
-    get the same grouping cost a third of a micro-batch's time. ``regroup``: the frame is not
-    such a read, and the rows are shuffled onto one task per topic-partition
-    (:func:`spread_partitions`) and sorted. Either way the tasks refuse rows out of order, and a
-    topic-partition reported by two tasks fails the batch.
+    get the same grouping cost a third of a micro-batch's time. A frame split any other way is
+    refused: the tasks refuse rows out of order, and a topic-partition reported by two tasks
+    fails the batch.
     """
     coordinator.in_flight = True
     task = coordinator.task()
-    if regroup:
-        frame = spread_partitions(frame, coordinator.slots()).sortWithinPartitions("topic", "partition", "offset")
     rows = frame.mapInArrow(task, REPORT_DDL).collect()
     return coordinator.apply(row.asDict(recursive=True) for row in rows)
 

@@ -175,12 +175,12 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
     # offset.flush.interval.ms: continuous runs only (a --once run writes its open files when it ends)
     flush_interval = None if ctx.once else int(ctx.worker.get("offset.flush.interval.ms"))
     coordinator = ArchiveCoordinator(store, settings, config.name, KafkaRecordSource(replay_options(options)),
-                                     resume, subscribed, flush_interval)
+                                     resume, flush_interval)
     staging = new_staging_dir(settings.buffer_dir, config.name)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         with coordinator.lock:
-            reports = archive_frame(select_archive_columns(batch), coordinator)  # as the source split it
+            reports = archive_frame(select_archive_columns(batch), coordinator)
             reports += flush_due_files(ctx.spark, coordinator)
         files = sum(len(r.files) for r in reports)
         log.info("%s: batch %d: %d file(s) archived; open files: %s", config.name, batch_id, files,
