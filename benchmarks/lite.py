@@ -96,6 +96,12 @@ class LiteServerProcess:
         return {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=self.endpoint)}
 
 
+def lite_keys(server: LiteServerProcess, tasks: int) -> dict[str, str]:
+    """The connector keys that point a Lite connector at the local server."""
+    return {"pubsublite.project": PROJECT, "pubsublite.location": ZONE, "pubsublite.endpoint": server.endpoint,
+            "tasks.max": str(tasks)}
+
+
 def topic_path(name: str) -> str:
     return f"projects/{PROJECT}/locations/{ZONE}/topics/{name}"
 
@@ -104,18 +110,31 @@ def subscription_path(name: str) -> str:
     return f"projects/{PROJECT}/locations/{ZONE}/subscriptions/{name}"
 
 
-def create_topic_and_subscription(server: LiteServerProcess, name: str, partitions: int) -> None:
-    """A Lite topic and a subscription from its beginning, through the official admin client."""
-    from google.cloud.pubsublite import AdminClient, Subscription, Topic
+def lite_admin(server: LiteServerProcess) -> Any:
+    from google.cloud.pubsublite import AdminClient
     from google.cloud.pubsublite.types import CloudZone
 
-    admin = AdminClient(region=CloudZone.parse(ZONE).region, **server.client_kwargs())
-    capacity = Topic.PartitionConfig.Capacity(publish_mib_per_sec=4, subscribe_mib_per_sec=8)
-    admin.create_topic(Topic(name=topic_path(name), partition_config=Topic.PartitionConfig(
-        count=partitions, capacity=capacity), retention_config=Topic.RetentionConfig(per_partition_bytes=30 << 30)))
+    return AdminClient(region=CloudZone.parse(ZONE).region, **server.client_kwargs())
+
+
+def create_subscription(server: LiteServerProcess, topic: str, name: str) -> None:
+    """A subscription of ``topic`` from its beginning, through the official admin client."""
+    from google.cloud.pubsublite import Subscription
+
     immediately = Subscription.DeliveryConfig.DeliveryRequirement.DELIVER_IMMEDIATELY
-    admin.create_subscription(Subscription(name=subscription_path(name), topic=topic_path(name),
-                                           delivery_config=Subscription.DeliveryConfig(delivery_requirement=immediately)))
+    lite_admin(server).create_subscription(Subscription(
+        name=subscription_path(name), topic=topic_path(topic),
+        delivery_config=Subscription.DeliveryConfig(delivery_requirement=immediately)))
+
+
+def create_topic_and_subscription(server: LiteServerProcess, name: str, partitions: int) -> None:
+    """A Lite topic and a subscription of the same name from its beginning."""
+    from google.cloud.pubsublite import Topic
+
+    capacity = Topic.PartitionConfig.Capacity(publish_mib_per_sec=4, subscribe_mib_per_sec=8)
+    lite_admin(server).create_topic(Topic(name=topic_path(name), partition_config=Topic.PartitionConfig(
+        count=partitions, capacity=capacity), retention_config=Topic.RetentionConfig(per_partition_bytes=30 << 30)))
+    create_subscription(server, name, name)
 
 
 def bare_lite_publish(server: LiteServerProcess, name: str, count: int, size: int) -> float:
@@ -203,9 +222,7 @@ def continuous_sink(args: argparse.Namespace) -> None:
             publish_s = bare_lite_publish(server, "bare", n, args.size)
             create_topic_and_subscription(server, "sink", parts)
             sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
-                                 "topics": "bench", "pubsublite.topic": "sink", "pubsublite.project": PROJECT,
-                                 "pubsublite.location": ZONE, "pubsublite.endpoint": server.endpoint,
-                                 "tasks.max": str(args.tasks)},
+                                 "topics": "bench", "pubsublite.topic": "sink", **lite_keys(server, args.tasks)},
                                 {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
                                  **ENGINES[args.engine]})
             t0 = time.perf_counter()
@@ -249,9 +266,6 @@ def continuous_sink(args: argparse.Namespace) -> None:
 def continuous_source(args: argparse.Namespace) -> None:
     """The Lite source's stages together on a backlog of N messages, against the same bare clients."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    from google.cloud.pubsublite import AdminClient as LiteAdminClient
-    from google.cloud.pubsublite import Subscription
-    from google.cloud.pubsublite.types import CloudZone
 
     n, parts = args.records, args.partitions
     root = Path(tempfile.mkdtemp(prefix="bench-lite-source-continuous-"))
@@ -261,19 +275,14 @@ def continuous_source(args: argparse.Namespace) -> None:
             bootstrap = services.running["kafka"].endpoint
             produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
             create_topic_and_subscription(server, "bare", parts)
-            lite_admin = LiteAdminClient(region=CloudZone.parse(ZONE).region, **server.client_kwargs())
-            immediately = Subscription.DeliveryConfig.DeliveryRequirement.DELIVER_IMMEDIATELY
-            lite_admin.create_subscription(Subscription(
-                name=subscription_path("connector"), topic=topic_path("bare"),
-                delivery_config=Subscription.DeliveryConfig(delivery_requirement=immediately)))
+            create_subscription(server, "bare", "connector")  # the connector's own cursors
             publish_s = bare_lite_publish(server, "bare", n, args.size)
             subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
             kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
             kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
             source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
                                    "pubsublite.subscription": "connector", "kafka.topic": "from-lite",
-                                   "pubsublite.project": PROJECT, "pubsublite.location": ZONE,
-                                   "pubsublite.endpoint": server.endpoint, "tasks.max": str(args.tasks)},
+                                   **lite_keys(server, args.tasks)},
                                   {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
                                    **ENGINES[args.engine]})
             t0 = time.perf_counter()
@@ -352,15 +361,13 @@ def main() -> None:
 
             kafka_admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
             kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
-            lite_keys = {"pubsublite.project": PROJECT, "pubsublite.location": ZONE,
-                         "pubsublite.endpoint": server.endpoint, "tasks.max": str(args.tasks)}
             worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                       "pipeline.max.records.per.batch": str(n)}
+            keys = lite_keys(server, args.tasks)
             sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
-                                 "topics": "bench", "pubsublite.topic": "sink", **lite_keys}, worker)
+                                 "topics": "bench", "pubsublite.topic": "sink", **keys}, worker)
             source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
-                                   "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **lite_keys},
-                                  worker)
+                                   "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **keys}, worker)
             t0 = time.perf_counter()
             ctx = build_context(sink.worker, once=True, progress=lambda _line: None)
             session_s = time.perf_counter() - t0
