@@ -6,12 +6,13 @@ Messages are published with a plain client and read back from Kafka with a plain
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
 import pytest
 
-from e2e.harness import run_once, source_config
+from e2e.harness import context, run_once, source_config
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import (
     create_subscription,
@@ -202,3 +203,47 @@ def test_pull_appends_after_a_restart(spark, kafka_bootstrap: str, tmp_path: Pat
     assert len({r.message_id for r in rows}) == 55
     seqs = sorted(int(dict(r.headers)["seq"]) for r in consume_all(kafka_bootstrap, unique_name))
     assert seqs == list(range(55))
+
+
+def _pulled(spark, messages: list[tuple[str, int]]):
+    """Bronze rows of pulled messages ``(message_id, publish second)``, as one file (one pull commit)."""
+    rows = [(mid, b"data-" + mid.encode(), {}, None, datetime.datetime(2026, 1, 1, 0, 0, second,
+                                                                         tzinfo=datetime.timezone.utc),
+             None, "s", datetime.datetime(2026, 1, 1, 0, 1, tzinfo=datetime.timezone.utc)) for mid, second in messages]
+    return spark.createDataFrame(rows, cps_source.PUBSUB_BRONZE).coalesce(1)
+
+
+def test_round_robin_continues_across_convert_batches_and_restarts(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                                   unique_name: str) -> None:
+    """Round robin continues from the outbox's row count: within one run of the convert stage
+    (two micro-batches, the count moved by what the stage appended, a redelivered message not
+    counted) and after a restart (the count asked of Delta again)."""
+    connector = source_config(unique_name, "s", unique_name, **{
+        "kafka.partition.count": "4", "kafka.partition.scheme": "round_robin", "kafka.record.headers": "true"})
+    root = tmp_path / "storage"
+
+    def run_convert() -> int:
+        """One ``--once`` run of the convert stage in a new context; returns its non-empty batches.
+        One bronze file per micro-batch, so each pull commit is a convert batch of its own."""
+        query = cps_source.convert(context(spark, kafka_bootstrap, root, **{"pipeline.max.files.per.trigger": "1"}),
+                                   connector)
+        query.awaitTermination()
+        return sum(1 for p in query.recentProgress if p["numInputRows"])
+
+    ctx = context(spark, kafka_bootstrap, root)
+    bronze = cps_source.ensure_bronze(ctx, connector)
+    first = [("m1", 1), ("m2", 2), ("m3", 3)]
+    second = [("m2", 2), ("m4", 4), ("m5", 5)]  # m2 redelivered: dropped, and not counted
+    third = [("m6", 6), ("m7", 7)]
+    for batch_id, messages in enumerate((first, second)):
+        ctx.store.append_batch(bronze, _pulled(spark, messages), "pull", batch_id)
+    assert run_convert() == 2
+    ctx.store.append_batch(bronze, _pulled(spark, third), "pull", 2)
+    assert run_convert() == 1
+
+    rows = ctx.store.read(TableRef("outbox", unique_name)).select("message_id", "partition").collect()
+    assert sorted((r.message_id, r.partition) for r in rows) == [
+        ("m1", 0), ("m2", 1), ("m3", 2),  # first batch: from 0
+        ("m4", 3), ("m5", 0),             # second: from the 3 rows appended before it
+        ("m6", 1), ("m7", 2),             # after the restart: from the 5 rows Delta counts
+    ]

@@ -323,8 +323,11 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             try:
                 good, bad = split_kafka_outbox(converted)
                 dead_letter(ctx, config, dlq, bad, batch_id)
+                # counted before the append: writing the outbox drops the cached rows (they read
+                # the outbox for the seen ids), and recomputed after it they would all be "seen"
+                rows = good.count()
                 if ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id):
-                    outbox_rows.appended(good.count())
+                    outbox_rows.appended(rows)
                 else:
                     outbox_rows.forget()
             except BaseException:
