@@ -11,12 +11,14 @@ per-batch flow control, committed cursors.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from google.cloud.pubsublite_v1.types import common
 
+from e2e.harness import context
 from e2e.test_lite_sink import (
     cli,
     kill_after,
@@ -27,7 +29,10 @@ from e2e.test_lite_sink import (
 )
 from integration.kafka_helpers import consume_all, create_topic
 from lite_server import LiteServer
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.tables import TableRef
 from pubsub_connect.model.lite.source import kafka_partition_for_key
+from pubsub_connect.pipelines import lite_source
 
 PubSubMessage = common.PubSubMessage.pb()
 
@@ -214,3 +219,54 @@ def test_kill_9_mid_pull_then_restart_exactly_once(lite: LiteServer, kafka_boots
             assert from_p == sorted(from_p), f"order of {key!r} from Lite partition {p} broken"
     assert [lite.committed_cursor(subscription, p) for p in range(3)] == [lite.head(topic, p) for p in range(3)]
     assert read_table(source_run["root"], "bronze", name).num_rows == RECOVERY_TOTAL
+
+
+def _bronze_rows(spark: Any, messages: list[tuple[int, int, bytes]]) -> Any:
+    """Lite bronze rows ``(partition, offset, key)`` as one file (one pull commit)."""
+    at = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    rows = [(p, o, key, b"v%d-%d" % (p, o), {}, None, at, at) for p, o, key in messages]
+    return spark.createDataFrame(rows, lite_source.LITE_BRONZE).coalesce(1)
+
+
+def test_round_robin_continues_across_convert_batches_and_restarts(spark: Any, kafka_bootstrap: str,
+                                                                   tmp_path: Path, unique_name: str) -> None:
+    """Records without a key are numbered from the outbox's row count: within one run of the
+    convert stage (two micro-batches, the count moved by the stage's own appends) and after a
+    restart (the count asked of Delta again). Numbering from 0 in each batch would give
+    ``[0, 1, 2]`` for the second one."""
+    create_topic(kafka_bootstrap, unique_name, partitions=4)
+    connector = cfg.validate_connector({
+        "name": unique_name, "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
+        "pubsublite.project": "p", "pubsublite.location": "us-central1-a", "pubsublite.subscription": "s",
+        "kafka.topic": unique_name})
+    bronze, outbox = TableRef("bronze", unique_name), TableRef("outbox", unique_name)
+    root = tmp_path / "storage"
+
+    def run_convert() -> int:
+        """One ``--once`` run of the convert stage in a new context; returns its non-empty batches.
+        One bronze file per micro-batch, so each pull commit is a convert batch of its own."""
+        query = lite_source.convert(context(spark, kafka_bootstrap, root, **{"pipeline.max.files.per.trigger": "1"}),
+                                    connector)
+        query.awaitTermination()
+        return sum(1 for p in query.recentProgress if p["numInputRows"])
+
+    ctx = context(spark, kafka_bootstrap, root)
+    ctx.store.ensure(bronze, lite_source.LITE_BRONZE)
+    first = [(0, 0, b""), (0, 1, b""), (0, 2, b""), (1, 0, b""), (1, 1, b"")]
+    second = [(0, 3, b"dog"), (0, 4, b""), (1, 2, b""), (2, 0, b"")]
+    third = [(2, 1, b""), (2, 2, b"")]
+    for batch_id, messages in enumerate((first, second)):
+        ctx.store.append_batch(bronze, _bronze_rows(spark, messages), "pull", batch_id)
+    assert run_convert() == 2
+    ctx.store.append_batch(bronze, _bronze_rows(spark, third), "pull", 2)
+    assert run_convert() == 1
+
+    rows = ctx.store.read(outbox).select("lite_partition", "lite_offset", "partition").collect()
+    assigned = {(r.lite_partition, r.lite_offset): r.partition for r in rows}
+    assert len(rows) == len(assigned) == 11
+    dog = kafka_partition_for_key(b"dog", 4)
+    assert [assigned[p, o] for p, o, _ in (*first, *second, *third)] == [
+        0, 1, 2, 3, 0,  # first batch: from 0
+        dog, 1, 2, 3,   # second: from the 5 rows appended before it
+        1, 2,           # after the restart: from the 9 rows Delta counts
+    ]
