@@ -1,6 +1,7 @@
 """End-to-end latency (Kafka produce → Pub/Sub receive) in continuous mode, and cold start.
 
     .venv/bin/python benchmarks/latency.py [--rate 50] [--seconds 30] [--trigger-ms 1000] [--skip-cold-start]
+                                           [--spark KEY=VALUE ...]
 
 Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
 
@@ -132,7 +133,7 @@ def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
 
 
 def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int,
-            drain_timeout_s: float) -> dict[str, Any]:
+            drain_timeout_s: float, spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
     """Latencies of ``rate * seconds`` records through the continuously running sink."""
     from pubsub_connect.pipelines.cps_sink import STAGES
     from pubsub_connect.pipelines.runtime import build_context
@@ -141,7 +142,8 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
     create_kafka_topic(bootstrap, name)
     receiver = Receiver(create_topic_and_subscription(name))
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),
-                                  "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]"})
+                                  "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]",
+                                  **(spark_conf or {})})
     connector = cfg.validate_connector(sink_keys(name), f"<{name}>")
     ctx = build_context(worker, once=False, progress=lambda _line: None)
     running = StagesThread(ctx, connector, STAGES)
@@ -213,7 +215,10 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000, help="pipeline.trigger.interval.ms")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="cold start / drain timeout, seconds")
+    parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE",
+                        help="a worker setting for the latency run (e.g. spark.master=local[4]); repeatable")
     args = parser.parse_args()
+    spark_conf = dict(item.split("=", 1) for item in args.spark)
     root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     results: dict[str, Any] = {}
     with LocalServices(root / "services", ("kafka", "pubsub")) as services:
@@ -225,7 +230,7 @@ def main() -> None:
                 print(f"cold start: {results['cold_start_s']:.1f} s", flush=True)
             (root / "latency").mkdir()
             results["latency"] = latency(bootstrap, root / "latency", args.rate, args.seconds, args.trigger_ms,
-                                         args.timeout)
+                                         args.timeout, spark_conf)
     lat = results["latency"]
     rows = [
         ("produced at", f"{lat['rate']:g} msg/s for {lat['seconds']:g} s, trigger {lat['trigger_ms']} ms"),
