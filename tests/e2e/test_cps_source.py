@@ -169,12 +169,16 @@ def test_redelivery_after_crash_between_commit_and_ack(spark, kafka_bootstrap: s
 
 
 def test_bad_message_goes_to_dlq(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    """The bad message lands in the DLQ table and, with ``errors.deadletterqueue.topic.name``, in
+    that topic too (produced from the batch's rows as converted, before the table holds them: the
+    conversion looks up the DLQ table for messages already dead-lettered)."""
     create_topic(kafka_bootstrap, unique_name)
+    create_topic(kafka_bootstrap, f"{unique_name}-dlq")
     _, subscription = create_topic_and_subscription(unique_name)
     # an attribute named like the struct's body field collides with it
     publish(unique_name, [(b"ok", {"a": "1"}, None), (b"bad", {"message": "clash"}, None)])
     connector = source_config(unique_name, subscription, unique_name, **{
-        "value.converter": JSON, "errors.tolerance": "all"})
+        "value.converter": JSON, "errors.tolerance": "all", "errors.deadletterqueue.topic.name": f"{unique_name}-dlq"})
     ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
 
     (record,) = consume_all(kafka_bootstrap, unique_name)
@@ -182,6 +186,7 @@ def test_bad_message_goes_to_dlq(spark, kafka_bootstrap: str, tmp_path: Path, un
     (dead,) = ctx.store.read(TableRef("dlq", unique_name)).collect()
     assert (dead.stage, dead.value, dead.attributes) == ("convert", b"bad", {"message": "clash"})
     assert dead.error_class == "DuplicateFieldError" and "message" in dead.error_message
+    assert [(r.key, r.value) for r in consume_all(kafka_bootstrap, f"{unique_name}-dlq")] == [(None, b"bad")]
 
 
 def test_pull_appends_after_a_restart(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:

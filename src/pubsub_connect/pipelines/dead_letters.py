@@ -46,10 +46,13 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
         for row in bad.select(*order, "error_class", "error_message").collect():
             log.warning("%s: dead-lettered %s: %s: %s", config.name, _coordinates(row), row.error_class,
                         row.error_message)
-    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
+    # The topic first: a source's conversion looks up the DLQ table for messages dead-lettered
+    # before, so once the table holds this batch's rows, ``bad`` computed again is empty. Should
+    # the run stop in between, the replayed batch produces them again (a DLQ topic is at least once).
     topic = config.get("errors.deadletterqueue.topic.name")
     if topic:
         _produce_to_dlq_topic(ctx, config, bad, topic)
+    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
     return count
 
 
