@@ -16,7 +16,6 @@ import pytest
 
 from pubsub_connect.model.cps_source.batch import (
     java_string_hash_col,
-    next_round_robin_counter,
     partition_for_hash_col,
     to_kafka_outbox,
 )
@@ -339,21 +338,6 @@ def test_replayed_batch_gets_identical_partitions(spark: Any, corpus: list[dict[
     assert collect(to_kafka_outbox(replay_df, settings, start_counter=3)) == first
     by_id = {r.message_id: r.partition for r in first}
     assert [by_id[m] for m in ("m19", "m00", "m01", "m02")] == [3, 0, 1, 2]
-
-
-def test_next_round_robin_counter(spark: Any, corpus: list[dict[str, Any]]) -> None:
-    df = bronze_df(spark, corpus)
-    # 21 distinct messages. Struct mode without a key attribute: m09 and m20 (attribute "message")
-    # are dead letters and take no slot -> 19.
-    assert next_round_robin_counter(df, CpsSourceSettings(partition_count=4), 3) == (3 + 19) % 4 == 2
-    # Headers mode: no dead letters -> 21.
-    headers = CpsSourceSettings(partition_count=4, kafka_record_headers=True)
-    assert next_round_robin_counter(df, headers, 2) == (2 + 21) % 4 == 3
-    # ordering_key: only the 16 messages without an ordering key take a slot.
-    ordering = CpsSourceSettings(partition_scheme="ordering_key", partition_count=5, kafka_record_headers=True)
-    assert next_round_robin_counter(df, ordering, 1) == (1 + 16) % 5 == 2
-    # Other schemes never advance the counter.
-    assert next_round_robin_counter(df, CpsSourceSettings(partition_scheme="hash_value", partition_count=4), 6) == 2
 
 
 def test_null_columns_are_empty_values(spark: Any) -> None:

@@ -425,9 +425,10 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
     by the caller, e.g. with an anti-join on the outbox's ``message_id``.
 
     Round robin: the i-th counter-taking row in (publish time ms, message_id) order gets partition
-    ``(start_counter + i) % count``; use :func:`next_round_robin_counter` to carry the counter to
-    the next batch. Raises :class:`UnsupportedConverterError` for a converter that cannot write
-    the struct values (see :func:`check_value_converter`).
+    ``(start_counter + i) % count``. The convert stage passes the outbox's row count, so the
+    numbering continues from one micro-batch to the next and is the same when one is replayed.
+    Raises :class:`UnsupportedConverterError` for a converter that cannot write the struct values
+    (see :func:`check_value_converter`).
     """
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -487,14 +488,3 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
     partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))
     return staged.select(*_outbox_columns(partition), *_message_columns())
-
-
-def next_round_robin_counter(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int) -> int:
-    """The counter after this batch (mod ``kafka.partition.count``): ``start_counter`` plus the
-    rows that took the round-robin path. Runs a Spark count; not needed for other schemes."""
-    if settings.partition_scheme not in (ROUND_ROBIN, ORDERING_KEY):
-        return start_counter % settings.partition_count
-    from pyspark.sql import functions as F
-
-    taken = _staged(deduplicate_messages(bronze_df), settings).where(F.col("_rr")).count()
-    return (start_counter + taken) % settings.partition_count
