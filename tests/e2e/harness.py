@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.spark import capabilities
@@ -50,3 +52,13 @@ def run_once(spark, bootstrap: str, root: Path, connector: cfg.ConnectorConfig, 
     ctx = context(spark, bootstrap, root, lines, **worker)
     run_stages(ctx, connector, stages_for(connector.kind))
     return ctx
+
+
+def batches_of_one_stage_run(spark, bootstrap: str, root: Path,
+                             stage: Callable[[PipelineContext, cfg.ConnectorConfig], Any],
+                             connector: cfg.ConnectorConfig, **worker: str) -> int:
+    """One ``--once`` run of one stage in a new context (a restart of that stage); returns how
+    many of its micro-batches had input."""
+    query = stage(context(spark, bootstrap, root, **worker), connector)
+    query.awaitTermination()
+    return sum(1 for progress in query.recentProgress if progress["numInputRows"])

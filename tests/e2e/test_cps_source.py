@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.harness import context, run_once, source_config
+from e2e.harness import batches_of_one_stage_run, context, run_once, source_config
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import (
     create_subscription,
@@ -228,12 +228,9 @@ def test_round_robin_continues_across_convert_batches_and_restarts(spark, kafka_
     root = tmp_path / "storage"
 
     def run_convert() -> int:
-        """One ``--once`` run of the convert stage in a new context; returns its non-empty batches.
-        One bronze file per micro-batch, so each pull commit is a convert batch of its own."""
-        query = cps_source.convert(context(spark, kafka_bootstrap, root, **{"pipeline.max.files.per.trigger": "1"}),
-                                   connector)
-        query.awaitTermination()
-        return sum(1 for p in query.recentProgress if p["numInputRows"])
+        """The convert stage run once; one bronze file (pull commit) per micro-batch."""
+        return batches_of_one_stage_run(spark, kafka_bootstrap, root, cps_source.convert, connector,
+                                        **{"pipeline.max.files.per.trigger": "1"})
 
     ctx = context(spark, kafka_bootstrap, root)
     bronze = cps_source.ensure_bronze(ctx, connector)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from google.cloud.pubsublite_v1.types import common
 
-from e2e.harness import context
+from e2e.harness import batches_of_one_stage_run, context
 from e2e.test_lite_sink import (
     cli,
     kill_after,
@@ -243,12 +243,9 @@ def test_round_robin_continues_across_convert_batches_and_restarts(spark: Any, k
     root = tmp_path / "storage"
 
     def run_convert() -> int:
-        """One ``--once`` run of the convert stage in a new context; returns its non-empty batches.
-        One bronze file per micro-batch, so each pull commit is a convert batch of its own."""
-        query = lite_source.convert(context(spark, kafka_bootstrap, root, **{"pipeline.max.files.per.trigger": "1"}),
-                                    connector)
-        query.awaitTermination()
-        return sum(1 for p in query.recentProgress if p["numInputRows"])
+        """The convert stage run once; one bronze file (pull commit) per micro-batch."""
+        return batches_of_one_stage_run(spark, kafka_bootstrap, root, lite_source.convert, connector,
+                                        **{"pipeline.max.files.per.trigger": "1"})
 
     ctx = context(spark, kafka_bootstrap, root)
     ctx.store.ensure(bronze, lite_source.LITE_BRONZE)
