@@ -325,14 +325,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
                 dead_letter(ctx, config, dlq, bad, batch_id)
                 # counted before the append: writing the outbox drops the cached rows (they read
                 # the outbox for the seen ids), and recomputed after it they would all be "seen"
-                rows = good.count()
-                if ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id):
-                    outbox_rows.appended(rows)
-                else:
-                    outbox_rows.forget()
-            except BaseException:
-                outbox_rows.forget()
-                raise
+                outbox_rows.append_batch(good, good.count(), ctx.batch_app_id(config, "convert"), batch_id)
             finally:
                 converted.unpersist()
         finally:

@@ -223,15 +223,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             # the outbox size as round-robin start: deterministic when this batch is replayed
             out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), outbox_rows.current(),
                                        converters)
-            try:
-                appended = ctx.store.append_batch(outbox, out, ctx.batch_app_id(config, "convert"), batch_id)
-            except BaseException:
-                outbox_rows.forget()
-                raise
-            if appended:  # every bronze row is one outbox row
-                outbox_rows.appended(rows)
-            else:
-                outbox_rows.forget()
+            # every bronze row is one outbox row
+            outbox_rows.append_batch(out, rows, ctx.batch_app_id(config, "convert"), batch_id)
         finally:
             batch.unpersist()
 

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pubsub_connect.io.tables import TableRef, TableStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 class OutboxRowCount:
-    """Rows in ``table``, asked of the store once, then moved by what the stage appends.
+    """Rows in ``table``, asked of the store once, then moved by what the stage appends through
+    :meth:`append_batch`.
 
     Why: the source connectors number records without a key round-robin from the outbox's row
     count at the start of each micro-batch (the same start when a batch is replayed). Asking
@@ -26,11 +32,20 @@ class OutboxRowCount:
             self._rows = self.store.row_count(self.table)
         return self._rows
 
-    def appended(self, rows: int) -> None:
-        """The stage appended ``rows`` rows (after :meth:`current`)."""
-        if self._rows is not None:
-            self._rows += rows
+    def append_batch(self, df: DataFrame, rows: int, app_id: str, batch_id: int) -> bool:
+        """Append ``df`` to the outbox once per (``app_id``, ``batch_id``), as
+        :meth:`TableStore.append_batch`, and move the count by ``rows``.
 
-    def forget(self) -> None:
-        """The table may hold other than what this count says: ask the store next time."""
-        self._rows = None
+        ``rows`` is counted by the caller before the append: a frame that reads the outbox (the
+        Cloud Pub/Sub source's look-up of converted message ids) is computed again once the
+        outbox changed, and would then count differently."""
+        try:
+            appended = self.store.append_batch(self.table, df, app_id, batch_id)
+        except BaseException:
+            self._rows = None  # the table may or may not hold the batch now
+            raise
+        if appended and self._rows is not None:
+            self._rows += rows
+        else:  # skipped as already appended, or appended before the first look-up
+            self._rows = None
+        return appended
