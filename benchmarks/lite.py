@@ -37,6 +37,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,27 @@ class LiteServerProcess:
         from google.auth.credentials import AnonymousCredentials
 
         return {"credentials": AnonymousCredentials(), "client_options": ClientOptions(api_endpoint=self.endpoint)}
+
+
+@contextmanager
+def lite_and_kafka(prefix: str) -> Iterator[tuple[Path, LiteServerProcess, str]]:
+    """A scratch directory, the local Lite server and a local Kafka broker (its bootstrap
+    address), all stopped on the way out."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    server = LiteServerProcess(root / "lite")
+    try:
+        with LocalServices(root / "services", ("kafka",)) as services:
+            yield root, server, services.running["kafka"].endpoint
+    finally:
+        server.close()
+
+
+def create_kafka_topic(bootstrap: str, name: str, partitions: int) -> None:
+    """The Kafka topic a Lite source produces to."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def lite_keys(server: LiteServerProcess, tasks: int) -> dict[str, str]:
@@ -208,54 +231,70 @@ def kafka_committed_count(bootstrap: str, topic: str, partitions: int, expect: i
     return seen
 
 
+def continuous_worker(bootstrap: str, root: Path, engine: str) -> dict[str, str]:
+    """Worker settings of a continuous run: the product's default batch size and trigger."""
+    return {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[engine]}
+
+
+def stages_together(run: Any, stages: Any, n: int, timeout_s: float, delivered: Callable[[], bool], what: str,
+                    last_stage: str) -> tuple[dict[str, Any], float]:
+    """The connector's stages together in a new Spark session until ``delivered()``:
+    :func:`run_together`'s result and the session's start-up seconds (excluded from the rates)."""
+    t0 = time.perf_counter()
+    ctx = build_context(run.worker, once=False, progress=lambda _line: None)
+    session_s = time.perf_counter() - t0
+    try:
+        return run_together(ctx, run.connectors[0], stages, n, timeout_s, delivered, what, last_stage), session_s
+    finally:
+        ctx.spark.stop()
+
+
+def print_continuous(args: argparse.Namespace, bare: list[tuple[str, str]], label: str, last_stage: str,
+                     rate: dict[str, float], result: dict[str, Any], proof: tuple[str, str], session_s: float,
+                     ratio: float) -> None:
+    """The table of a continuous run: the bare clients, then the connector (``label``) as its last
+    stage delivered, the proof that every record arrived, each stage's micro-batches."""
+    delivered = "published" if last_stage == "publish" else "produced"
+    print(table([
+        ("records x size", f"{args.records:,} x {args.size} B, {args.partitions} partitions"),
+        *bare,
+        ("engine / mode", f"{args.engine} / continuous, default batch size"),
+        (f"{label} end-to-end ({delivered})", f"{rate[f'{label.lower()} end-to-end']:,.0f} msg/s, "
+                                              f"{result['total_s']:,.1f} s in {result['publish_batches']} "
+                                              f"{last_stage} batches"),
+        (f"{label} steady state (10-90%)", f"{rate[f'{label.lower()} steady state']:,.0f} msg/s over "
+                                           f"{result['steady_span_s']:,.1f} s"),
+        proof,
+        *stage_rows(result["stage_batch_ms"]),
+        ("spark session start (excluded)", f"{session_s:,.1f} s"),
+        ("ratio steady state / slower bare", f"{ratio:.2f}"),
+    ]))
+
+
 def continuous_sink(args: argparse.Namespace) -> None:
     """The Lite sink's stages together on a backlog of N records, against the same bare clients."""
     n, parts = args.records, args.partitions
-    root = Path(tempfile.mkdtemp(prefix="bench-lite-continuous-"))
-    server = LiteServerProcess(root / "lite")
-    try:
-        with LocalServices(root / "services", ("kafka",)) as services:
-            bootstrap = services.running["kafka"].endpoint
-            produce(bootstrap, "bench", n, args.size, partitions=parts)
-            consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
-            create_topic_and_subscription(server, "bare", parts)
-            publish_s = bare_lite_publish(server, "bare", n, args.size)
-            create_topic_and_subscription(server, "sink", parts)
-            sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
-                                 "topics": "bench", "pubsublite.topic": "sink", **lite_keys(server, args.tasks)},
-                                {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
-                                 **ENGINES[args.engine]})
-            t0 = time.perf_counter()
-            ctx = build_context(sink.worker, once=False, progress=lambda _line: None)
-            session_s = time.perf_counter() - t0
-            try:
-                result = run_together(ctx, sink.connectors[0], lite_sink.STAGES, n, args.timeout,
-                                      lambda: lite_head_total(server, "sink", parts) >= n, "lite sink")
-            finally:
-                ctx.spark.stop()
-            in_lite = lite_head_total(server, "sink", parts)
-    finally:
-        server.close()
+    with lite_and_kafka("bench-lite-continuous-") as (root, server, bootstrap):
+        produce(bootstrap, "bench", n, args.size, partitions=parts)
+        consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
+        create_topic_and_subscription(server, "bare", parts)
+        publish_s = bare_lite_publish(server, "bare", n, args.size)
+        create_topic_and_subscription(server, "sink", parts)
+        sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
+                             "topics": "bench", "pubsublite.topic": "sink", **lite_keys(server, args.tasks)},
+                            continuous_worker(bootstrap, root, args.engine))
+        result, session_s = stages_together(sink, lite_sink.STAGES, n, args.timeout,
+                                            lambda: lite_head_total(server, "sink", parts) >= n, "lite sink",
+                                            "publish")
+        in_lite = lite_head_total(server, "sink", parts)
     if in_lite != n:
         raise SystemExit(f"the Lite sink published {in_lite} messages for {n} records")
     rate = {"bare consume": n / consume_s, "bare lite publish": n / publish_s,
             "lite sink end-to-end": n / result["total_s"], "lite sink steady state": result["steady_msgs_per_s"]}
     ratio = rate["lite sink steady state"] / min(rate["bare consume"], rate["bare lite publish"])
-    rows = [
-        ("records x size", f"{n:,} x {args.size} B, {parts} partitions"),
-        ("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
-        ("bare Lite publish (official client)", f"{rate['bare lite publish']:,.0f} msg/s"),
-        ("engine / mode", f"{args.engine} / continuous, default batch size"),
-        ("Lite sink end-to-end (published)", f"{rate['lite sink end-to-end']:,.0f} msg/s, {result['total_s']:,.1f} s "
-                                             f"in {result['publish_batches']} publish batches"),
-        ("Lite sink steady state (10-90%)", f"{rate['lite sink steady state']:,.0f} msg/s over "
-                                            f"{result['steady_span_s']:,.1f} s"),
-        ("in Lite (head offsets)", f"{in_lite:,}"),
-        *stage_rows(result["stage_batch_ms"]),
-        ("spark session start (excluded)", f"{session_s:,.1f} s"),
-        ("ratio steady state / slower bare", f"{ratio:.2f}"),
-    ]
-    print(table(rows))
+    print_continuous(args, [("bare consume (confluent-kafka)", f"{rate['bare consume']:,.0f} msg/s"),
+                            ("bare Lite publish (official client)", f"{rate['bare lite publish']:,.0f} msg/s")],
+                     "Lite sink", "publish", rate, result, ("in Lite (head offsets)", f"{in_lite:,}"), session_s, ratio)
     path = write_results(results_name("lite-continuous", args.engine), {
         "engine": args.engine, "mode": "continuous", "records": n, "size": args.size, "partitions": parts,
         "rates_msgs_per_s": rate, "total_seconds": result["total_s"], "steady_span_seconds": result["steady_span_s"],
@@ -265,60 +304,31 @@ def continuous_sink(args: argparse.Namespace) -> None:
 
 def continuous_source(args: argparse.Namespace) -> None:
     """The Lite source's stages together on a backlog of N messages, against the same bare clients."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     n, parts = args.records, args.partitions
-    root = Path(tempfile.mkdtemp(prefix="bench-lite-source-continuous-"))
-    server = LiteServerProcess(root / "lite")
-    try:
-        with LocalServices(root / "services", ("kafka",)) as services:
-            bootstrap = services.running["kafka"].endpoint
-            produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
-            create_topic_and_subscription(server, "bare", parts)
-            create_subscription(server, "bare", "connector")  # the connector's own cursors
-            publish_s = bare_lite_publish(server, "bare", n, args.size)
-            subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
-            kafka_admin = AdminClient({"bootstrap.servers": bootstrap})
-            kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
-            source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
-                                   "pubsublite.subscription": "connector", "kafka.topic": "from-lite",
-                                   **lite_keys(server, args.tasks)},
-                                  {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
-                                   **ENGINES[args.engine]})
-            t0 = time.perf_counter()
-            ctx = build_context(source.worker, once=False, progress=lambda _line: None)
-            session_s = time.perf_counter() - t0
-            try:
-                result = run_together(ctx, source.connectors[0], lite_source.STAGES, n, args.timeout,
-                                      lambda: kafka_committed_count(bootstrap, "from-lite", parts, n) >= n,
-                                      "lite source", last_stage="produce")
-            finally:
-                ctx.spark.stop()
-            in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
-    finally:
-        server.close()
+    with lite_and_kafka("bench-lite-source-continuous-") as (root, server, bootstrap):
+        produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
+        create_topic_and_subscription(server, "bare", parts)
+        create_subscription(server, "bare", "connector")  # the connector's own cursors
+        publish_s = bare_lite_publish(server, "bare", n, args.size)
+        subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
+        create_kafka_topic(bootstrap, "from-lite", parts)
+        source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
+                               "pubsublite.subscription": "connector", "kafka.topic": "from-lite",
+                               **lite_keys(server, args.tasks)}, continuous_worker(bootstrap, root, args.engine))
+        result, session_s = stages_together(
+            source, lite_source.STAGES, n, args.timeout,
+            lambda: kafka_committed_count(bootstrap, "from-lite", parts, n) >= n, "lite source", "produce")
+        in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
     if in_kafka != n:
         raise SystemExit(f"the Lite source produced {in_kafka} records for {n} messages")
     rate = {"bare lite publish": n / publish_s, "bare lite subscribe": n / subscribe_s, "bare produce": n / produce_s,
             "lite source end-to-end": n / result["total_s"], "lite source steady state": result["steady_msgs_per_s"]}
     ratio = rate["lite source steady state"] / min(rate["bare lite subscribe"], rate["bare produce"])
-    rows = [
-        ("records x size", f"{n:,} x {args.size} B, {parts} partitions"),
+    print_continuous(args, [
         ("bare Lite publish (official client, setup)", f"{rate['bare lite publish']:,.0f} msg/s"),
         ("bare Lite subscribe + ack (official client)", f"{rate['bare lite subscribe']:,.0f} msg/s"),
         ("bare produce (confluent-kafka, idempotent)", f"{rate['bare produce']:,.0f} msg/s"),
-        ("engine / mode", f"{args.engine} / continuous, default batch size"),
-        ("Lite source end-to-end (produced)", f"{rate['lite source end-to-end']:,.0f} msg/s, "
-                                              f"{result['total_s']:,.1f} s in {result['publish_batches']} produce "
-                                              "batches"),
-        ("Lite source steady state (10-90%)", f"{rate['lite source steady state']:,.0f} msg/s over "
-                                              f"{result['steady_span_s']:,.1f} s"),
-        ("in Kafka (read_committed)", f"{in_kafka:,}"),
-        *stage_rows(result["stage_batch_ms"]),
-        ("spark session start (excluded)", f"{session_s:,.1f} s"),
-        ("ratio steady state / slower bare", f"{ratio:.2f}"),
-    ]
-    print(table(rows))
+    ], "Lite source", "produce", rate, result, ("in Kafka (read_committed)", f"{in_kafka:,}"), session_s, ratio)
     path = write_results(results_name("lite-source-continuous", args.engine), {
         "engine": args.engine, "mode": "continuous", "direction": "source", "records": n, "size": args.size,
         "partitions": parts, "rates_msgs_per_s": rate, "total_seconds": result["total_s"],
@@ -345,45 +355,36 @@ def main() -> None:
         (continuous_source if args.direction == "source" else continuous_sink)(args)
         return
     n, parts = args.records, args.partitions
-    root = Path(tempfile.mkdtemp(prefix="bench-lite-"))
-    server = LiteServerProcess(root / "lite")
-    try:
-        with LocalServices(root / "services", ("kafka",)) as services:
-            bootstrap = services.running["kafka"].endpoint
-            produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
-            consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
-            create_topic_and_subscription(server, "bare", parts)
-            publish_s = bare_lite_publish(server, "bare", n, args.size)
-            subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
+    with lite_and_kafka("bench-lite-") as (root, server, bootstrap):
+        produce_s = produce(bootstrap, "bench", n, args.size, partitions=parts)
+        consume_s = bare_consume(bootstrap, "bench", n, partitions=parts)
+        create_topic_and_subscription(server, "bare", parts)
+        publish_s = bare_lite_publish(server, "bare", n, args.size)
+        subscribe_s = bare_lite_subscribe(server, "bare", n, parts)
 
-            create_topic_and_subscription(server, "sink", parts)
-            from confluent_kafka.admin import AdminClient, NewTopic
-
-            kafka_admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
-            kafka_admin.create_topics([NewTopic("from-lite", parts, 1)])["from-lite"].result(30)
-            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
-                      "pipeline.max.records.per.batch": str(n)}
-            keys = lite_keys(server, args.tasks)
-            sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
-                                 "topics": "bench", "pubsublite.topic": "sink", **keys}, worker)
-            source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
-                                   "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **keys}, worker)
-            t0 = time.perf_counter()
-            ctx = build_context(sink.worker, once=True, progress=lambda _line: None)
-            session_s = time.perf_counter() - t0
-            try:
-                sink_s, sink_stages = timed_stages(ctx, sink.connectors[0], lite_sink.STAGES)
-                in_lite = lite_head_total(server, "sink", parts)
-                if in_lite != n:
-                    raise RuntimeError(f"the Lite sink published {in_lite} of {n} records")
-                source_s, source_stages = timed_stages(ctx, source.connectors[0], lite_source.STAGES)
-                in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
-                if in_kafka != n:
-                    raise RuntimeError(f"the Lite source produced {in_kafka} of {n} messages to Kafka")
-            finally:
-                ctx.spark.stop()
-    finally:
-        server.close()
+        create_topic_and_subscription(server, "sink", parts)
+        create_kafka_topic(bootstrap, "from-lite", parts)
+        worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
+                  "pipeline.max.records.per.batch": str(n)}
+        keys = lite_keys(server, args.tasks)
+        sink = cfg.load_raw({"name": "bench-sink", "connector.class": "PubSubLiteSinkConnector",
+                             "topics": "bench", "pubsublite.topic": "sink", **keys}, worker)
+        source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
+                               "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **keys}, worker)
+        t0 = time.perf_counter()
+        ctx = build_context(sink.worker, once=True, progress=lambda _line: None)
+        session_s = time.perf_counter() - t0
+        try:
+            sink_s, sink_stages = timed_stages(ctx, sink.connectors[0], lite_sink.STAGES)
+            in_lite = lite_head_total(server, "sink", parts)
+            if in_lite != n:
+                raise RuntimeError(f"the Lite sink published {in_lite} of {n} records")
+            source_s, source_stages = timed_stages(ctx, source.connectors[0], lite_source.STAGES)
+            in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
+            if in_kafka != n:
+                raise RuntimeError(f"the Lite source produced {in_kafka} of {n} messages to Kafka")
+        finally:
+            ctx.spark.stop()
 
     rate = {"bare consume": n / consume_s, "bare lite publish": n / publish_s, "lite sink end-to-end": n / sink_s,
             "bare lite subscribe": n / subscribe_s, "bare produce": n / produce_s,
