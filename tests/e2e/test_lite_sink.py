@@ -248,7 +248,7 @@ def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.Te
         "too_few": write_connector(tmp_path, names["too_few"], lite, **base, topics=names["too_few"], **{
             "pubsublite.topic": names["too_few"], "pubsublite.ordering.mode": "KAFKA"}),
     }
-    # The two examples: records a broker cannot produce (offset -1, no timestamp,
+    # Two worked examples of the mapping: records a broker cannot produce (offset -1, no timestamp,
     # LogAppendTime), landed in the model connector's bronze beside what it ingests.
     fox = envelope({"type": "string"}, "fox")
     seed_bronze(root, names["model"], [

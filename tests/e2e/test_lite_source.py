@@ -79,7 +79,7 @@ RECOVERY_FIRST, RECOVERY_TOTAL = 600, 900
 
 
 def model_messages() -> dict[int, list[Any]]:
-    """Per Lite partition: the issue's mapping cases, keys spread over partitions, message sizes
+    """Per Lite partition: the mapping's worked cases, keys spread over partitions, message sizes
     that make the byte limit bind in partition 0 and the message limit in partition 1."""
     return {
         0: [message(b"", b"the-data", {"b": [b"2"], "a": [b"1", b"x"]}, event_ms=50_001),  # mapping example

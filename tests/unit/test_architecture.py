@@ -126,7 +126,7 @@ def test_package_inits_hold_no_code() -> None:
 def test_the_repository_speaks_of_itself_only() -> None:
     """Code, tests and docs point at nothing a maintainer of this repository cannot open."""
     outside = re.compile("|".join([r"\bDESIGN\.md\b", r"\bENVIRONMENT\.md\b", r"\.\./shared\b",
-                                   r"\bissue #?\d+\b", r"\bthe seed\b"]), re.IGNORECASE)
+                                   r"\bissue #?\d+\b", r"\bthe issue\b", r"\(issue\)", r"\bthe seed\b"]), re.IGNORECASE)
     found = []
     for folder in ("src", "tests", "docs", "notebooks", "benchmarks", "resources"):
         for path in sorted((REPOSITORY / folder).rglob("*")):

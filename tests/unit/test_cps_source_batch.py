@@ -1,6 +1,6 @@
 """Batch (Spark) implementation of the Pub/Sub source data model == the per-record reference.
 
-The corpus ``fixtures/records/cps_source/bronze_messages.jsonl`` holds the issue's examples plus the
+The corpus ``fixtures/records/cps_source/bronze_messages.jsonl`` holds the mapping's worked examples plus the
 edge cases (redeliveries, hash -2147483648, name clashes, escaping, out-of-range timestamps); every
 settings combination below must give exactly the rows :func:`reference_outbox` gives.
 """

@@ -115,7 +115,7 @@ def test_java_bytes_hash(data: bytes, expected: int) -> None:
     assert java_bytes_hash(data) == expected
 
 
-def test_issue_hash_examples() -> None:
+def test_worked_hash_examples() -> None:
     assert partition_for_hash(java_string_hash("jumped"), 3) == 1
     assert partition_for_hash(java_string_hash("my-key"), 3) == 0
 
@@ -218,7 +218,7 @@ def test_timestamp_out_of_kafka_range_is_a_data_error(value: str) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Key, value, headers: the issue's examples
+# Key, value, headers: the worked examples of the mapping
 # --------------------------------------------------------------------------------------------
 
 
@@ -238,7 +238,7 @@ def test_key_attribute() -> None:
     assert message_to_record(msg({}), settings).key is None
 
 
-def test_struct_value_issue_example() -> None:
+def test_struct_value_worked_example() -> None:
     settings = CpsSourceSettings(kafka_key_attribute="fox")
     message = msg({"fox": "jumped", "attribute2": "b", "attribute1": "a"})
     struct = value_struct(message, settings)
@@ -256,7 +256,7 @@ def test_struct_value_without_schemas() -> None:
     assert record.value == b'{"message":"dGhl","attribute1":"a","attribute2":"b"}'
 
 
-def test_headers_issue_example() -> None:
+def test_headers_worked_example() -> None:
     settings = CpsSourceSettings(kafka_key_attribute="fox", kafka_record_headers=True)
     record = message_to_record(msg({"fox": "jumped", "attribute2": "b", "attribute1": "a"}), settings)
     assert record == KafkaOutRecord(

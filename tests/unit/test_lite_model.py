@@ -69,7 +69,7 @@ def parsed(data: bytes) -> dict | list | str | float | bool | None:
 # ----------------------------------------------------------------------------------------------
 
 
-def test_issue_example_without_timestamp() -> None:
+def test_worked_example_without_timestamp() -> None:
     record = LiteSinkRecord(key=sv(None, "dog"), value=sv(None, "fox"), topic="brown", partition=0, offset=-1)
     result = sink_message(record)
     assert result.message == LiteMessage(
@@ -89,7 +89,7 @@ def test_issue_example_without_timestamp() -> None:
     }
 
 
-def test_issue_example_log_append_time() -> None:
+def test_worked_example_log_append_time() -> None:
     record = LiteSinkRecord(
         key=sv(None, "dog"), value=sv(None, "fox"), topic="brown", partition=0, offset=-1,
         timestamp_ms=50001, timestamp_type=1,

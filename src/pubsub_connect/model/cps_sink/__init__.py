@@ -11,13 +11,13 @@ errors and Pub/Sub's limits):
   ``mapInArrow`` in Arrow batches, each batch mapped with the reference code. Tests hold the two
   to identical output on the fixtures.
 
-Decisions where the issue is silent or Java's behaviour is a crash (each keeps the pipeline from
+Decisions where the mapping is not specified or Java's behaviour is a crash (each keeps the pipeline from
 publishing garbage or getting stuck on a message Pub/Sub will reject):
 
 * Pub/Sub rejects a publish whose attributes break its limits, so besides the 10 MB size check
-  (issue), an attribute key > 256 bytes, an attribute value > 1024 bytes, > 100 attributes from a
+  (specified), an attribute key > 256 bytes, an attribute value > 1024 bytes, > 100 attributes from a
   struct/map, or an ordering key > 1024 bytes make the record a dead-letter row
-  (:class:`PubsubLimitError`). Headers are different: the issue says over-limit headers are
+  (:class:`PubsubLimitError`). Headers are different: over-limit headers are specified as
   silently skipped, and they are (and counted).
 * Size limit: the official Python publisher refuses (``MessageTooLargeError``) any message whose
   ``PublishRequest`` would exceed 10,000,000 bytes (``_SERVER_PUBLISH_MAX_BYTES``), so 10 MiB
