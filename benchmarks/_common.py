@@ -44,14 +44,19 @@ def event_payload(size: int, seq: int) -> bytes:
     return bytes(out[:size - 1]) + b"}"
 
 
+def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """A topic on the local broker, created with the product's own admin call."""
+    from pubsub_connect.io.kafka.admin import create_topic
+
+    create_topic({"bootstrap.servers": bootstrap}, topic, partitions)
+
+
 def produce(bootstrap: str, topic: str, count: int, size: int, partitions: int = 3,
             body: Callable[[int, int], bytes] = payload) -> float:
     """Create ``topic`` and produce ``count`` records of ``body(size, seq)``; returns seconds."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+    create_kafka_topic(bootstrap, topic, partitions)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000})
     started = time.perf_counter()

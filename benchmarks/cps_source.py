@@ -24,7 +24,16 @@ import threading
 import time
 from pathlib import Path
 
-from _common import ENGINES, add_engine_argument, payload, results_name, table, timed_stages, write_results
+from _common import (
+    ENGINES,
+    add_engine_argument,
+    create_kafka_topic,
+    payload,
+    results_name,
+    table,
+    timed_stages,
+    write_results,
+)
 from _streaming import run_together, stage_rows
 
 from pubsub_connect.config import loader as cfg
@@ -60,17 +69,10 @@ def bare_subscribe(subscription_path: str, count: int) -> float:
     return elapsed
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the future resolves
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-
 def bare_produce(bootstrap: str, topic: str, count: int, size: int) -> float:
     from confluent_kafka import Producer
 
-    create_topic(bootstrap, topic, 3)
+    create_kafka_topic(bootstrap, topic, 3)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20})
     started = time.perf_counter()
     for seq in range(count):
@@ -149,7 +151,7 @@ def main() -> None:
 
             subscribe_s = bare_subscribe(subscriber.subscription_path(PROJECT, "bare"), n)
             produce_s = bare_produce(bootstrap, "bare", n, args.size)
-            create_topic(bootstrap, "out", 3)  # kafka.partition.count below
+            create_kafka_topic(bootstrap, "out", 3)  # kafka.partition.count below
 
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-source", "cps.project": PROJECT,

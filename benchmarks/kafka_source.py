@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
+from pubsub_connect.io.kafka.admin import create_topic
 from pubsub_connect.io.kafka.reader import read_kafka
 from pubsub_connect.io.services.kafka import start_kafka
 from pubsub_connect.io.services.process import stop_pid
@@ -40,9 +40,7 @@ from pubsub_connect.io.spark import Capabilities, build_session
 
 
 def fill_topic(bootstrap: str, topic: str, partitions: int, records: int, value_bytes: int) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(30)
+    create_topic({"bootstrap.servers": bootstrap}, topic, partitions)
     producer = Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000, "enable.idempotence": True}
     )

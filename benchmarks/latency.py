@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import StreamingSubscriber, create_pubsub_topic, table, write_results
+from _common import StreamingSubscriber, create_kafka_topic, create_pubsub_topic, table, write_results
 from _streaming import StagesThread, stage_batch_times, stage_rows
 
 from pubsub_connect.config import loader as cfg
@@ -79,11 +79,12 @@ def create_topic_and_subscription(name: str) -> str:
     return subscription
 
 
-def create_kafka_topic(bootstrap: str, name: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+def worker_setting(item: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of ``--spark`` as a pair; anything else is refused in one line by argparse."""
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {item!r}")
+    return key, value
 
 
 def sink_keys(name: str) -> dict[str, str]:
@@ -100,7 +101,7 @@ def producer(bootstrap: str) -> Any:
 def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
     """Seconds from launching ``pubsub-connect run`` to the first message received."""
     name = "cold"
-    create_kafka_topic(bootstrap, name)
+    create_kafka_topic(bootstrap, name, 1)
     receiver = Receiver(create_topic_and_subscription(name))
     p = producer(bootstrap)
     p.produce(name, b"cold start", headers=[(STAMP, str(time.time_ns()).encode())])
@@ -139,7 +140,7 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
     from pubsub_connect.pipelines.runtime import build_context
 
     name = "latency"
-    create_kafka_topic(bootstrap, name)
+    create_kafka_topic(bootstrap, name, 1)
     receiver = Receiver(create_topic_and_subscription(name))
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),
                                   "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]",
@@ -215,10 +216,10 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000, help="pipeline.trigger.interval.ms")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="cold start / drain timeout, seconds")
-    parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE", type=worker_setting,
                         help="a worker setting for the latency run (e.g. spark.master=local[4]); repeatable")
     args = parser.parse_args()
-    spark_conf = dict(item.split("=", 1) for item in args.spark)
+    spark_conf = dict(args.spark)
     root = Path(tempfile.mkdtemp(prefix="bench-latency-"))
     results: dict[str, Any] = {}
     with LocalServices(root / "services", ("kafka", "pubsub")) as services:

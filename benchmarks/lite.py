@@ -46,6 +46,7 @@ from _common import (
     ENGINES,
     add_engine_argument,
     bare_consume,
+    create_kafka_topic,
     payload,
     produce,
     results_name,
@@ -109,14 +110,6 @@ def lite_and_kafka(prefix: str) -> Iterator[tuple[Path, LiteServerProcess, str]]
             yield root, server, services.running["kafka"].endpoint
     finally:
         server.close()
-
-
-def create_kafka_topic(bootstrap: str, name: str, partitions: int) -> None:
-    """The Kafka topic a Lite source produces to."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the topic exists
-    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(30)
 
 
 def lite_keys(server: LiteServerProcess, tasks: int) -> dict[str, str]:

@@ -51,6 +51,7 @@ from _common import (
     ENGINES,
     add_engine_argument,
     cpu_delta,
+    create_kafka_topic,
     payload,
     produce,
     results_name,
@@ -322,11 +323,8 @@ class Bench:
         futures = [self.publisher.publish(topic, payload(args.size, seq)) for seq in range(n)]
         for future in futures:
             future.result(300)
-        from confluent_kafka.admin import AdminClient, NewTopic
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
         for kafka_topic in ("source-google", "source-ours"):
-            admin.create_topics([NewTopic(kafka_topic, PARTITIONS, 1)])[kafka_topic].result(30)
+            create_kafka_topic(self.bootstrap, kafka_topic, PARTITIONS)
         settings = {"cps.project": PROJECT, "tasks.max": str(args.source_tasks),
                     "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
                     "cps.streamingPull.enabled": "true", "kafka.partition.count": str(PARTITIONS),
