@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from integration.kafka_tls import KafkaTls, make_kafka_tls
+from jvm_options import use_test_jvm_options, without_test_jvm_options
 from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, start_kafka
 from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 # fork, and every test that needs Spark erred. Nothing here uses gRPC in a forked child, so its
 # fork handlers are off (read when gRPC loads, which no import above does).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Every short-lived Spark driver the tests start (a ``pubsub-connect run`` subprocess) compiles with
+# C1 only (see the module): those applications are short and small.
+use_test_jvm_options()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
@@ -128,7 +132,8 @@ def spark():
     """One local SparkSession (local[2]) for the whole test session."""
     from pubsub_connect.io.spark import build_session
 
-    session = build_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}, app_name="tests")
+    with without_test_jvm_options():  # this one serves the whole session
+        session = build_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"}, app_name="tests")
     yield session
     session.stop()
 

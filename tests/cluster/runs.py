@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cluster.evidence import AuditRecord, EventLog, read_audit
 from cluster.standalone import StandaloneCluster, loopback_env, session_members
+from jvm_options import TEST_JVM_OPTIONS
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.pipelines.context import ConnectorError
 
@@ -94,6 +95,7 @@ class ClusterRunner:
             "spark.executor.cores": str(self.cluster.cores),
             "spark.executor.memory": EXECUTOR_MEMORY,
             "spark.driver.memory": DRIVER_MEMORY,
+            "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
             # the venv's interpreter, which has pubsub_connect installed, in driver and executors
             "spark.pyspark.python": sys.executable,
             "spark.pyspark.driver.python": sys.executable,

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jvm_options import with_test_jvm_options
 from pubsub_connect.io.services.process import LOOPBACK, free_port
 
 #: Environment variables that would send the cluster's loopback traffic through a proxy.
@@ -200,7 +201,8 @@ class StandaloneCluster:
         self.env = {**self.env, "SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir),
                     "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
                     # no REST submission server: applications come from drivers only
-                    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
+                    "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+                    "SPARK_DAEMON_JAVA_OPTS": with_test_jvm_options(self.env.get("SPARK_DAEMON_JAVA_OPTS"))}
         self.master_port, self.ui_port = free_port(), free_port()
         try:
             self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", [
