@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,6 +21,7 @@ from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, s
 from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from pubsub_connect.io.services.s3 import start_s3
+from timings import hand_over, take_over, write_sections
 
 if TYPE_CHECKING:
     from lite_server import LiteServer
@@ -37,6 +38,24 @@ use_test_jvm_options()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = REPO_ROOT / "fixtures"
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker, after its session fixtures stopped: hand the start-up timings to the
+    controller, which writes the terminal summary."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        hand_over(workeroutput)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """In the xdist controller: take over a finished worker's start-up timings."""
+    take_over(getattr(node, "workeroutput", {}), node.gateway.id)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    write_sections(terminalreporter)
 
 
 @pytest.fixture(scope="session")

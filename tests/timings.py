@@ -1,18 +1,34 @@
 """Start-up timings of expensive session fixtures, shown in pytest's terminal summary.
 
 A conftest that starts something slow (a Spark cluster, Google's connector in Kafka Connect)
-records how long it took in a dict of its own and prints it under its own heading, so a slow
-run says where its time went. ``pytest_terminal_summary`` has no fixture access, hence a dict
-at module level rather than a fixture.
+records how long it took in a section of its own (:func:`section`), so a slow run says where
+its time went. ``pytest_terminal_summary`` has no fixture access, hence sections at module level
+rather than a fixture.
+
+The suite runs in pytest-xdist workers, where the fixtures start, while the terminal summary is
+written by the controller: each worker hands its sections over when it finishes
+(:func:`hand_over`), and the controller merges them (:func:`take_over`), naming the worker where
+two started the same thing.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 import pytest
+
+#: Section title → (what → seconds), in the order the sections were created.
+SECTIONS: dict[str, dict[str, float]] = {}
+
+#: The key of ``workeroutput`` that carries a worker's sections to the controller.
+WORKER_OUTPUT_KEY = "timings"
+
+
+def section(title: str) -> dict[str, float]:
+    """The timings shown under ``title`` (created empty on first use)."""
+    return SECTIONS.setdefault(title, {})
 
 
 @contextmanager
@@ -25,9 +41,26 @@ def timed(timings: dict[str, float], what: str) -> Iterator[None]:
         timings[what] = time.monotonic() - started
 
 
-def write_timings(terminalreporter: pytest.TerminalReporter, title: str, timings: dict[str, float]) -> None:
-    """One section ``title`` listing ``timings`` (what → seconds); nothing if none were recorded."""
-    if timings:
-        terminalreporter.write_sep("-", title)
+def hand_over(workeroutput: dict[str, object]) -> None:
+    """In an xdist worker: put this worker's recorded sections where the controller reads them."""
+    workeroutput[WORKER_OUTPUT_KEY] = {title: dict(timings) for title, timings in SECTIONS.items() if timings}
+
+
+def take_over(workeroutput: Mapping[str, object], worker_id: str) -> None:
+    """In the controller: merge a finished worker's sections; an entry that another worker
+    recorded too is kept for both, each marked with its worker."""
+    handed = workeroutput.get(WORKER_OUTPUT_KEY) or {}
+    assert isinstance(handed, dict)
+    for title, timings in handed.items():
+        merged = section(title)
         for what, seconds in timings.items():
-            terminalreporter.write_line(f"{what}: {seconds:.1f} s")
+            merged[f"{what} [{worker_id}]" if what in merged else what] = seconds
+
+
+def write_sections(terminalreporter: pytest.TerminalReporter) -> None:
+    """One terminal-summary section per title that has timings."""
+    for title, timings in SECTIONS.items():
+        if timings:
+            terminalreporter.write_sep("-", title)
+            for what, seconds in timings.items():
+                terminalreporter.write_line(f"{what}: {seconds:.1f} s")

@@ -15,10 +15,10 @@ import pytest
 
 from cluster.runs import ClusterRunner
 from cluster.standalone import StandaloneCluster
-from timings import timed, write_timings
+from timings import section, timed
 
-#: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
-TIMINGS: dict[str, float] = {}
+#: Timings shown in the terminal summary (see :mod:`timings`).
+TIMINGS = section("spark standalone cluster")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -26,10 +26,6 @@ def pytest_configure(config: pytest.Config) -> None:
     ``--strict-markers`` rejects an unregistered one)."""
     config.addinivalue_line(
         "markers", "cluster: end-to-end tests on a local Spark standalone cluster (a master and two workers)")
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    write_timings(terminalreporter, "spark standalone cluster", TIMINGS)
 
 
 @pytest.fixture(scope="session")

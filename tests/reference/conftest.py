@@ -18,14 +18,10 @@ from integration.pubsub_helpers import PROJECT
 from lite_server import LiteServer
 from reference.connect import ConnectStandalone, resolve_reference_jars
 from reference.fronts import FRONT_DNS_NAMES, FRONT_IP_ADDRESSES, GoogleApiFronts, write_fake_service_account
-from timings import timed, write_timings
+from timings import section, timed
 
-#: Timings shown in the terminal summary: ``pytest_terminal_summary`` has no fixture access.
-TIMINGS: dict[str, float] = {}
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    write_timings(terminalreporter, "reference connector (Google's, in Kafka Connect)", TIMINGS)
+#: Timings shown in the terminal summary (see :mod:`timings`).
+TIMINGS = section("reference connector (Google's, in Kafka Connect)")
 
 
 @pytest.fixture(scope="session")
