@@ -7,8 +7,8 @@ rather than a fixture.
 
 The suite runs in pytest-xdist workers, where the fixtures start, while the terminal summary is
 written by the controller: each worker hands its sections over when it finishes
-(:func:`hand_over`), and the controller merges them (:func:`take_over`), naming the worker where
-two started the same thing.
+(:func:`hand_over`), and the controller merges them (:func:`take_over`), each entry marked with
+its worker, since each worker starts its own services.
 """
 
 from __future__ import annotations
@@ -47,14 +47,11 @@ def hand_over(workeroutput: dict[str, object]) -> None:
 
 
 def take_over(workeroutput: Mapping[str, object], worker_id: str) -> None:
-    """In the controller: merge a finished worker's sections; an entry that another worker
-    recorded too is kept for both, each marked with its worker."""
+    """In the controller: merge a finished worker's sections, each entry marked with its worker."""
     handed = workeroutput.get(WORKER_OUTPUT_KEY) or {}
     assert isinstance(handed, dict)
     for title, timings in handed.items():
-        merged = section(title)
-        for what, seconds in timings.items():
-            merged[f"{what} [{worker_id}]" if what in merged else what] = seconds
+        section(title).update({f"{what} [{worker_id}]": seconds for what, seconds in timings.items()})
 
 
 def write_sections(terminalreporter: pytest.TerminalReporter) -> None:
