@@ -5,7 +5,7 @@ goes to starting up and to planning, code generation and Delta log replay, all r
 times; on a 2-core machine the optimizing (C2) compiler's threads compete with that work for most
 of a test's life and rarely pay back. ``-XX:TieredStopAtLevel=1`` keeps the quick (C1) compiler
 only. Measured on a slow 2-core machine: a session start plus five small Delta appends took
-11.5-13.4 s of work instead of 19.5-20.5 s. It changes no result, only how the same bytecode is
+11.5-14.2 s of work instead of 19.5-20.5 s. It changes no result, only how the same bytecode is
 compiled; the product itself keeps the JVM's defaults, which suit long-running streams.
 
 Long-lived JVMs of the test session keep their own options: they serve every test and do get hot.
