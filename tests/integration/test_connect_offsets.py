@@ -75,8 +75,8 @@ def test_lite_source_offsets_read_and_moved(lite: LiteServer, tmp_path: Path, un
     assert json.loads(checkpoints.lite_start_path(checkpoint).read_text()) == {"0": 2, "1": 4}
     # without a checkpoint the position is the subscription's cursors
     assert [e["offset"]["offset"] for e in steps["after"]] == [2, 4]
-    assert "starts from its subscription's cursors" in steps["reset"]
-    assert "'offset' must be a non-negative integer" in steps["negative"]
+    assert steps["reset"] is not None and "starts from its subscription's cursors" in steps["reset"]
+    assert steps["negative"] is not None and "'offset' must be a non-negative integer" in steps["negative"]
 
 
 def test_sources_without_movable_offsets_say_where_the_position_is(tmp_path: Path) -> None:
