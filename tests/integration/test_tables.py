@@ -1,5 +1,6 @@
 """The table store on both backends — Delta Lake on Spark (the engine) and delta-rs (the fallback):
-idempotent replay read from Delta's own transaction state, batch and streaming reads."""
+idempotent replay (the commits' batch marks on Delta Lake, Delta transaction ids on delta-rs), batch
+and streaming reads."""
 
 from __future__ import annotations
 
@@ -50,23 +51,91 @@ def store(request: pytest.FixtureRequest, spark, tmp_path: Path) -> TableStore:
     return chosen
 
 
-def test_committed_version_comes_from_the_delta_log(spark, tmp_path: Path) -> None:
-    """Delta records a write's txn id only as a ``txn`` action of the log (not in the history's
-    operation parameters). Past a log checkpoint (every 10 commits) the id must still be found,
-    through Delta's JVM API and through the log read that stands in where there is no py4j."""
+def _native_store(spark, tmp_path: Path) -> SparkDeltaTableStore:
     store = table_store(spark, str(tmp_path / "root"), Capabilities(native_kafka=False, native_delta=True))
+    assert isinstance(store, SparkDeltaTableStore)
+    return store
+
+
+def _history_metadata(spark, store: TableStore, ref: TableRef) -> list[str | None]:
+    rows = spark.sql(f"DESCRIBE HISTORY delta.`{store.path(ref)}`").collect()
+    return [row.userMetadata for row in sorted(rows, key=lambda row: row.version)]
+
+
+def test_native_appends_mark_their_commits_instead_of_delta_transaction_ids(spark, tmp_path: Path) -> None:
+    """Each append's commit says which batch of which app id it is (``userMetadata``); only the
+    first append of an app id after a start also writes a ``txn`` action, since checking one
+    rebuilds the table's state. A new store (a restart) finds the newest mark, behind another app
+    id's commits too."""
+    store = _native_store(spark, tmp_path)
+    ref = TableRef("outbox", "marks")
+    store.ensure(ref, SCHEMA)
+    for batch in range(3):
+        assert store.append_batch(ref, spark.createDataFrame(_rows(batch, 1), SCHEMA), "marks/convert@q1", batch)
+    assert store.append_batch(ref, spark.createDataFrame(_rows(9, 1), SCHEMA), "marks/convert-dlq@q1", 2)
+    assert _history_metadata(spark, store, ref) == [
+        None, "pubsub-connect batch 0 of marks/convert@q1", "pubsub-connect batch 1 of marks/convert@q1",
+        "pubsub-connect batch 2 of marks/convert@q1", "pubsub-connect batch 2 of marks/convert-dlq@q1"]
+    assert _log_transactions(spark, store.path(ref)) == {"marks/convert@q1": 0, "marks/convert-dlq@q1": 2}
+    restarted = _native_store(spark, tmp_path)
+    assert restarted.committed_version(ref, "marks/convert@q1") == 2
+    assert restarted.append_batch(ref, spark.createDataFrame(_rows(99, 1), SCHEMA), "marks/convert@q1", 2) is False
+    assert restarted.append_batch(ref, spark.createDataFrame(_rows(3, 1), SCHEMA), "marks/convert@q1", 3) is True
+    assert sorted(r.seq for r in store.read(ref).collect()) == [0, 1, 2, 3, 9]
+
+
+def test_a_new_query_of_the_stage_starts_afresh_and_an_append_that_raised_after_its_commit_is_found(
+        spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replaced checkpoint (new query id) is not mistaken for a replay: the earlier query's mark
+    ends the search. An append that committed and then raised is looked up before its retry."""
+    store = _native_store(spark, tmp_path)
+    ref = TableRef("bronze", "fresh")
+    for batch in range(2):
+        assert store.append_batch(ref, spark.createDataFrame(_rows(batch, 1), SCHEMA), "fresh/ingest@q1", batch)
+    assert store.committed_version(ref, "fresh/ingest@q2") is None
+    append = SparkDeltaTableStore._append
+
+    def commit_then_fail(self: SparkDeltaTableStore, *args: object, **options: str) -> None:
+        append(self, *args, **options)
+        raise RuntimeError("after the commit")
+
+    monkeypatch.setattr(SparkDeltaTableStore, "_append", commit_then_fail)
+    with pytest.raises(RuntimeError, match="after the commit"):
+        store.append_batch(ref, spark.createDataFrame(_rows(10, 1), SCHEMA), "fresh/ingest@q2", 0)
+    monkeypatch.setattr(SparkDeltaTableStore, "_append", append)
+    assert store.append_batch(ref, spark.createDataFrame(_rows(10, 1), SCHEMA), "fresh/ingest@q2", 0) is False
+    assert store.append_batch(ref, spark.createDataFrame(_rows(11, 1), SCHEMA), "fresh/ingest@q2", 1) is True
+    assert sorted(r.seq for r in store.read(ref).collect()) == [0, 1, 10, 11]
+
+
+def test_batches_appended_with_delta_transaction_ids_are_still_found(spark, tmp_path: Path) -> None:
+    """Tables written with Delta transaction ids (as the fallback engine and earlier versions of
+    the native store do): Delta records a write's txn id only as a ``txn`` action of the log (not
+    in the history's operation parameters). Past a log checkpoint (every 10 commits) the id must
+    still be found, through Delta's JVM API and through the log read that stands in where there
+    is no py4j; the marked appends that follow continue from it."""
+    store = _native_store(spark, tmp_path)
     ref = TableRef("bronze", "txn")
+    path = store.path(ref)
+
+    def txn_append(seq: int, app_id: str, batch: int) -> None:
+        (spark.createDataFrame(_rows(seq, 1), SCHEMA).write.format("delta").mode("append")
+         .option("txnAppId", app_id).option("txnVersion", str(batch)).save(path))
+
     for batch in range(12):
-        assert store.append_batch(ref, spark.createDataFrame(_rows(batch, 1), SCHEMA), "txn/pull-0", batch)
-    assert store.append_batch(ref, spark.createDataFrame(_rows(20, 1), SCHEMA), "txn/pull-1", 0)
+        txn_append(batch, "txn/pull-0", batch)
+    txn_append(20, "txn/pull-1", 0)
     assert (tmp_path / "root" / "bronze" / "txn" / "_delta_log" / "_last_checkpoint").is_file()
     assert store.committed_version(ref, "txn/pull-0") == 11
     assert store.committed_version(ref, "txn/pull-1") == 0
     assert store.committed_version(ref, "txn/pull-2") is None
-    assert _log_transactions(spark, store.path(ref)) == {"txn/pull-0": 11, "txn/pull-1": 0}
+    assert _log_transactions(spark, path) == {"txn/pull-0": 11, "txn/pull-1": 0}
     # the replay is reported as skipped and leaves the table as it was
     assert store.append_batch(ref, spark.createDataFrame(_rows(99, 1), SCHEMA), "txn/pull-0", 11) is False
     assert store.count(ref) == 13
+    assert store.append_batch(ref, spark.createDataFrame(_rows(12, 1), SCHEMA), "txn/pull-0", 12) is True
+    assert _native_store(spark, tmp_path).committed_version(ref, "txn/pull-0") == 12
+    assert store.count(ref) == 14
 
 
 def test_layout_under_storage_root(store: DeltaRsTableStore, tmp_path: Path) -> None:
@@ -153,22 +222,33 @@ def test_stream_reads_each_commit_once_across_restarts(spark, store: TableStore,
     assert [batch for batch, _ in seen] == [0, 1, 2, 3]
 
 
-def test_a_batch_following_the_stores_own_is_not_checked_but_never_duplicates(spark, tmp_path: Path) -> None:
-    """The native store skips reading the recorded versions before the batch that follows one it
-    appended itself; if another writer committed that batch meanwhile, Delta's own txn check
-    still refuses it."""
+def test_a_batch_following_the_stores_own_is_not_checked_and_a_concurrent_replay_is_refused(
+        spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The native store reads the table's marks only before the first batch after a start (the
+    batch that follows one it appended is new: Spark runs a new batch id in one query only), and
+    that first batch carries Delta's transaction id: of two processes restarted at once that both
+    replay a batch (both found it missing), Delta refuses the second's commit."""
     capabilities = Capabilities(native_kafka=False, native_delta=True)
     first = table_store(spark, str(tmp_path / "root"), capabilities)
     ref = TableRef("bronze", "follow")
     assert first.append_batch(ref, spark.createDataFrame(_rows(0, 2), SCHEMA), "follow/ingest", 0) is True
+    looked: list[int] = []
+    committed_version = SparkDeltaTableStore.committed_version
+
+    def counted(self: SparkDeltaTableStore, table: TableRef, app_id: str) -> int | None:
+        looked.append(1)
+        return committed_version(self, table, app_id)
+
+    monkeypatch.setattr(SparkDeltaTableStore, "committed_version", counted)
     assert first.append_batch(ref, spark.createDataFrame(_rows(2, 2), SCHEMA), "follow/ingest", 1) is True
-    # a restarted process (a new store) checks, and writes batch 2
-    second = table_store(spark, str(tmp_path / "root"), capabilities)
-    assert second.append_batch(ref, spark.createDataFrame(_rows(1, 1), SCHEMA), "follow/ingest", 1) is False
+    assert looked == []
+    assert _log_transactions(spark, first.path(ref)) == {"follow/ingest": 0}
+    # two restarted processes replay batch 2: both looked before either committed
+    second, third = (table_store(spark, str(tmp_path / "root"), capabilities) for _ in range(2))
+    monkeypatch.setattr(SparkDeltaTableStore, "committed_version", lambda *_args: 1)
     assert second.append_batch(ref, spark.createDataFrame(_rows(4, 2), SCHEMA), "follow/ingest", 2) is True
     version = DeltaTable(first.path(ref)).version()
-    # the first store's batch 2 follows its own batch 1: not checked, refused by Delta all the same
-    # reported as written, since the store did not look: proof that the read was skipped
-    assert first.append_batch(ref, spark.createDataFrame(_rows(50, 3), SCHEMA), "follow/ingest", 2) is True
+    assert third.append_batch(ref, spark.createDataFrame(_rows(50, 3), SCHEMA), "follow/ingest", 2) is True
     assert DeltaTable(first.path(ref)).version() == version
     assert sorted(r.seq for r in first.read(ref).collect()) == [0, 1, 2, 3, 4, 5]
+    assert _log_transactions(spark, first.path(ref)) == {"follow/ingest": 2}

@@ -119,6 +119,11 @@ def test_commit_row_counts_from_metrics_or_file_statistics() -> None:
         {"commitInfo": {"timestamp": T0, "operation": "CREATE TABLE"}},
     ))
     assert (created.operation, created.rows) == ("CREATE TABLE", None)
+    marked = history.parse_commit(6, _commit_lines(
+        {"commitInfo": {"timestamp": T0, "operation": "WRITE", "userMetadata": "pubsub-connect batch 12 of c1/ingest@q",
+                        "operationMetrics": {"numOutputRows": "40"}}},
+    ))
+    assert (marked.rows, marked.app_id, marked.batch_id) == (40, "c1/ingest@q", 12)
 
 
 def test_delta_log_commits_reads_only_json_commit_files(tmp_path: Path) -> None:

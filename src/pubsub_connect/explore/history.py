@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.explore.checkpoints import local_path
 from pubsub_connect.explore.context import UTC
+from pubsub_connect.io.batch_marks import parse_batch_mark
 from pubsub_connect.io.tables import BRONZE, TableRef, TableStore
 
 if TYPE_CHECKING:
@@ -66,8 +67,18 @@ def parse_commit(version: int, text: str) -> Commit:
     if rows is None:
         rows = stats_rows
     stamp = dt.datetime.fromtimestamp(int(info.get("timestamp") or 0) / 1000, UTC)
-    return Commit(version, stamp, str(info.get("operation", "")), rows, txn.get("appId"),
-                  int(txn["version"]) if txn.get("version") is not None else None)
+    app_id, batch_id = _stage_batch(txn.get("appId"), txn.get("version"), info.get("userMetadata"))
+    return Commit(version, stamp, str(info.get("operation", "")), rows, app_id, batch_id)
+
+
+def _stage_batch(txn_app_id: str | None, txn_version: object, user_metadata: str | None) -> tuple[str | None,
+                                                                                                  int | None]:
+    """The stage micro-batch a commit appended: its mark (``userMetadata``), or the Delta
+    transaction id of a table written before marks existed (and by the fallback engine)."""
+    mark = parse_batch_mark(user_metadata)
+    if mark is not None:
+        return mark
+    return txn_app_id, int(str(txn_version)) if txn_version is not None else None
 
 
 def delta_log_commits(table_path: str) -> list[Commit]:
@@ -91,9 +102,10 @@ def spark_history_commits(spark: SparkSession, table: str) -> list[Commit]:
         stamp = row["timestamp"]
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=UTC)
+        app_id, batch_id = _stage_batch(params.get("txnAppId"), params.get("txnVersion") or None,
+                                        row["userMetadata"])
         commits.append(Commit(int(row["version"]), stamp, str(row["operation"]),
-                              _rows_from_metrics(row["operationMetrics"]), params.get("txnAppId"),
-                              int(params["txnVersion"]) if params.get("txnVersion") else None))
+                              _rows_from_metrics(row["operationMetrics"]), app_id, batch_id))
     return sorted(commits, key=lambda c: c.version)
 
 

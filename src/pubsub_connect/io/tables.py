@@ -4,11 +4,13 @@ Why one small interface: every stage of every connector does the same three thin
 micro-batch exactly once, read a table, stream the appends of the previous stage — and must do
 them on Databricks (native Delta, Unity Catalog names) and locally (delta-rs, no jars) alike.
 
-Exactly-once appends: a micro-batch is written with a Delta transaction identifier
-(``appId`` = ``<connector>/<stage>``, ``version`` = batch id), as Spark's Delta sink does. Native
-Delta skips an already-committed version by itself (``txnAppId``/``txnVersion``); delta-rs does
-not, so :class:`DeltaRsTableStore` reads the table's recorded version first and skips a batch id
-it has already committed. A replayed batch therefore leaves the table unchanged.
+Exactly-once appends: a micro-batch is appended once per (app id, batch id), the app id being
+``<connector>/<stage>@<query id>``. On Delta Lake (:class:`SparkDeltaTableStore`) each append's
+commit carries a mark in its ``userMetadata`` (:mod:`.batch_marks`), read back by the first batch
+after a start, the only one a stream can replay, which also carries a Delta transaction id;
+delta-rs (:class:`DeltaRsTableStore`) records a Delta transaction id (``txn``) with every append,
+which it reads cheaply, and checks it before each. A replayed batch therefore leaves the table
+unchanged.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pubsub_connect.io.batch_marks import batch_mark, last_marked_batch
 from pubsub_connect.io.spark import Capabilities
 
 if TYPE_CHECKING:
@@ -113,8 +116,7 @@ class TableStore(ABC):
 
     @abstractmethod
     def committed_version(self, table: TableRef, app_id: str) -> int | None:
-        """Highest batch id committed by ``app_id``, None when it never wrote (informational on the
-        native backend, which enforces idempotency itself)."""
+        """Highest batch id committed by ``app_id``, None when it never wrote."""
 
     @abstractmethod
     def read(self, table: TableRef) -> DataFrame: ...
@@ -279,13 +281,18 @@ class SparkDeltaTableStore(TableStore):
         return str(self.spark.sql(f"DESCRIBE DETAIL {name}").select("location").first()[0])
 
     def committed_version(self, table: TableRef, app_id: str) -> int | None:
-        """The version Delta itself recorded for ``app_id`` (its ``SetTransaction``), read from the
-        table's current snapshot: the state Delta consults when it skips a replayed write.
+        """The batch id of ``app_id``'s newest marked append among the table's newest commits
+        (:mod:`.batch_marks`); when the search stops without one, the version Delta recorded for
+        ``app_id`` as a transaction id (``SetTransaction``, read from the table's current
+        snapshot), which is how batches were appended before marks existed.
 
-        ``DESCRIBE HISTORY`` cannot answer this: open-source Delta does not record the txn ids of a
-        WRITE in ``operationParameters``."""
+        ``DESCRIBE HISTORY`` cannot answer the second: open-source Delta does not record the txn
+        ids of a WRITE in ``operationParameters``."""
         if not self.exists(table):
             return None
+        marked = last_marked_batch(lambda count: self._newest_user_metadata(table, count), app_id)
+        if marked is not None:
+            return marked
         location = self.location(table)
         versions = _jvm_transactions(self.spark, location)
         if versions is None:  # no py4j JVM (Spark Connect, shared clusters): read the log itself
@@ -293,23 +300,38 @@ class SparkDeltaTableStore(TableStore):
         version = versions.get(app_id)
         return None if version is None else int(version)
 
-    def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
-        """Append with Delta's ``txnAppId``/``txnVersion``. Delta would skip a replayed version
-        silently; the recorded version is read first so that a skip is reported (False).
+    def _newest_user_metadata(self, table: TableRef, count: int) -> list[str | None]:
+        """The ``userMetadata`` of the table's ``count`` newest commits, newest first: the history
+        reads only those commits' files, not the table's state."""
+        name = self.table_name(table)
+        target = name or "delta.`{}`".format(self.path(table).replace("`", "``"))
+        rows = self.spark.sql(f"DESCRIBE HISTORY {target} LIMIT {int(count)}").select("version", "userMetadata")
+        return [row.userMetadata for row in sorted(rows.collect(), key=lambda row: -row.version)]
 
-        Not before the batch that directly follows one this store appended itself: that batch is
-        new by construction (a stream replays only after a restart, which starts from a batch this
-        store has not just written), and reading the recorded versions rebuilds the table's
-        transaction state, a Spark job that costs as much as the append on a small cluster. Delta
-        still refuses a replayed version on its own, so skipping the read never duplicates."""
+    def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
+        """Append with ``app_id``'s mark for ``batch_id`` in the commit's ``userMetadata``; False
+        (nothing written) when that batch is already in the table.
+
+        Only the first batch after this store appended something else looks for the table's
+        marks: a stream replays a batch only after its query restarts, so the batch that directly
+        follows one this store appended is new by construction (Spark's offset log lets one
+        query write a new batch id). That first batch also carries Delta's transaction id
+        (``txnAppId``/``txnVersion``): two processes restarted on one checkpoint may replay the
+        same batch at once, and Delta then refuses the second commit. An append that raised may
+        still have committed (a failure after the commit), so it is forgotten and the next
+        attempt looks again."""
         key = (self.path(table), app_id)
-        if self._appended.get(key) != batch_id - 1:
+        first_after_start = self._appended.pop(key, None) != batch_id - 1
+        options = {"userMetadata": batch_mark(app_id, batch_id)}
+        if first_after_start:
             committed = self.committed_version(table, app_id)
             if committed is not None and committed >= batch_id:
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
                          app_id, committed)
+                self._appended[key] = committed
                 return False
-        self._append(table, df, txnAppId=app_id, txnVersion=str(batch_id))
+            options.update(txnAppId=app_id, txnVersion=str(batch_id))
+        self._append(table, df, **options)
         self._appended[key] = batch_id
         return True
 

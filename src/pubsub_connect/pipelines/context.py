@@ -105,11 +105,11 @@ class PipelineContext:
                                       int(self.worker.get("pipeline.max.bytes.per.trigger")) or None)
 
     def batch_app_id(self, config: ConnectorConfig, stage: str, part: str = "") -> str:
-        """The Delta transaction app id (and Kafka marker identity) of a stage's micro-batches:
-        ``<name>/<stage><part>@<query id>``.
+        """The app id of a stage's micro-batches in its table appends (their marks and Delta
+        transaction ids) and its Kafka marker identity: ``<name>/<stage><part>@<query id>``.
 
-        Why the query id: Spark numbers micro-batches from 0 in a new checkpoint, and Delta skips
-        every write whose ``txnVersion`` is at or below the one stored for its app id. Were the
+        Why the query id: Spark numbers micro-batches from 0 in a new checkpoint, and an append
+        is skipped when its batch id is at or below the one recorded for its app id. Were the
         app id only ``<name>/<stage>``, deleting a checkpoint would make every later write a silent
         no-op until the batch ids passed the old maximum. The query id is stored in the
         checkpoint (``metadata``), the same for every restart from it and new with a new one.

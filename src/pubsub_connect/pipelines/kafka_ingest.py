@@ -2,7 +2,7 @@
 
 Why shared: the Pub/Sub sink and the Lite sink both start by landing Kafka records verbatim; the
 Kafka source's offsets live in this stage's checkpoint (the Connect offsets of the original),
-each micro-batch is appended exactly once (Delta txn ``<name>/ingest``), and its end is
+each micro-batch is appended exactly once (app id ``<name>/ingest``), and its end is
 committed to consumer group ``connect-<name>`` as Connect would (:mod:`.kafka_position`).
 """
 

@@ -3,7 +3,7 @@
 1. ``pull`` — the subscription's partitions → ``bronze/<name>``. Lite is replayable, so this
    stage is a Spark streaming query over the Lite data source (:mod:`pubsub_connect.io.
    lite_source`): each micro-batch is a set of per-partition offset ranges recorded in the
-   checkpoint before it is read, appended exactly once (Delta txn ``<name>/pull``), and only
+   checkpoint before it is read, appended exactly once (app id ``<name>/pull``), and only
    then are the ranges' ends committed to Lite as the subscription's cursors. A crash before
    the append replays the same ranges; after it, the replayed append is skipped and the cursor
    commit repeated. So bronze holds every message exactly once, and the cursors (which
