@@ -167,11 +167,12 @@ def test_replayed_batch_leaves_table_unchanged(spark, store: TableStore) -> None
 
 def test_rows_appended_without_a_transaction_id_to_a_table_created_with_properties(store: TableStore) -> None:
     """``append_rows`` (the pull stage's append) records no transaction id, so appending the same
-    rows twice keeps both; ``ensure`` writes the table properties into the table's metadata."""
+    rows twice keeps both; ``ensure`` writes the store's table properties and the caller's into the
+    table's metadata."""
     import pyarrow as pa
 
     ref = TableRef("bronze", "pulled")
-    store.ensure(ref, SCHEMA, {"delta.checkpointInterval": "100"})
+    store.ensure(ref, SCHEMA, {"delta.logRetentionDuration": "interval 7 days"})
     arrow_schema = pa.schema([("key", pa.binary()), ("attributes", pa.map_(pa.string(), pa.string())),
                               ("ts", pa.timestamp("us", tz="UTC")), ("seq", pa.int64())])
     rows = pa.Table.from_pylist([{"key": b"k1", "attributes": [("i", "1")], "ts": None, "seq": 1},
@@ -181,7 +182,8 @@ def test_rows_appended_without_a_transaction_id_to_a_table_created_with_properti
     assert sorted((r.seq, r.key, r.attributes) for r in store.read(ref).collect()) == \
         [(1, b"k1", {"i": "1"}), (1, b"k1", {"i": "1"}), (2, None, None), (2, None, None)]
     table = DeltaTable(store.path(ref))
-    assert table.metadata().configuration == {"delta.checkpointInterval": "100"}
+    assert table.metadata().configuration == {"delta.checkpointInterval": "100",
+                                              "delta.logRetentionDuration": "interval 7 days"}
     assert table.version() == 2  # the creation, then one commit per append
     assert _log_transactions(store.spark, store.path(ref)) == {}
 

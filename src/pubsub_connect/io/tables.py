@@ -38,6 +38,16 @@ OUTBOX = "outbox"
 DLQ = "dlq"
 KINDS = (BRONZE, OUTBOX, DLQ)
 
+#: Table properties of every table a store creates, under the ones a caller gives. Stages append
+#: a commit per micro-batch, and Delta Lake writes a log checkpoint every
+#: ``delta.checkpointInterval`` commits (10 by default). Measured on 2 cores (1,000-row appends in
+#: a warm session): every tenth append then took 1.7-2.7 s instead of 0.3-0.4 s, the mean append
+#: 0.47-0.83 s against 0.29-0.39 s every 100 commits. Nothing on the stages' paths reads the whole
+#: table state, which is what the longer tail of JSON commits after a checkpoint would slow: the
+#: appends carry no transaction id past a start's first, and the next stage's stream reads the
+#: new commits themselves.
+STAGE_TABLE_PROPERTIES: Mapping[str, str] = {"delta.checkpointInterval": "100"}
+
 
 @dataclass(frozen=True)
 class TableRef:
@@ -92,8 +102,9 @@ class TableStore(ABC):
 
     @abstractmethod
     def ensure(self, table: TableRef, schema: StructType, properties: Mapping[str, str] | None = None) -> None:
-        """Create the table empty with ``schema`` and Delta table ``properties`` when it does not
-        exist (so the next stage can start streaming from it before the first record arrives)."""
+        """Create the table empty with ``schema`` and Delta table ``properties`` (over
+        :data:`STAGE_TABLE_PROPERTIES`) when it does not exist (so the next stage can start
+        streaming from it before the first record arrives)."""
 
     @abstractmethod
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
@@ -158,7 +169,8 @@ class DeltaRsTableStore(TableStore):
             return
         try:
             DeltaTable.create(self.path(table), schema=to_arrow(schema), mode="ignore",
-                              configuration=dict(properties or {}), storage_options=self.storage_options)
+                              configuration={**STAGE_TABLE_PROPERTIES, **(properties or {})},
+                              storage_options=self.storage_options)
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
                 raise RuntimeError(f"cannot create table {self.path(table)}: {exc}") from exc
@@ -263,7 +275,7 @@ class SparkDeltaTableStore(TableStore):
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append
         builder = DeltaTable.createIfNotExists(self.spark).addColumns(schema)
-        for key, value in (properties or {}).items():
+        for key, value in {**STAGE_TABLE_PROPERTIES, **(properties or {})}.items():
             builder = builder.property(key, value)
         name = self.table_name(table)
         builder = builder.tableName(name.replace("`", "")) if name else builder.location(self.path(table))

@@ -53,19 +53,12 @@ DRAINED_AFTER_S = 3.0
 #: Short enough that messages of a crashed puller come back soon, long enough to ride out a
 #: slow commit between renewals.
 LEASE_S = 20
-#: Table properties of the pulled bronze table. Its puller appends a small batch per flow-control
-#: window, and Delta Lake writes a checkpoint every ``delta.checkpointInterval`` commits (10 by
-#: default): measured on 2 cores, a checkpoint costs 5 to 10 such appends, so every tenth append
-#: stalled the pull for seconds. The appends carry no transaction id, so nothing reads the whole
-#: table state on the write path, and convert's stream reads new commits as they come.
-PULLED_BRONZE_PROPERTIES = {"delta.checkpointInterval": "100"}
-
-
 def ensure_bronze(ctx: PipelineContext, config: ConnectorConfig) -> TableRef:
-    """The pulled bronze table, created with :data:`PULLED_BRONZE_PROPERTIES` by whichever stage
-    starts first."""
+    """The pulled bronze table, created by whichever stage starts first. Its puller appends a
+    small batch per flow-control window: a log checkpoint every 10 commits would stall it every
+    tenth append, hence the store's ``delta.checkpointInterval`` of 100 (``STAGE_TABLE_PROPERTIES``)."""
     bronze = TableRef(BRONZE, config.name)
-    ctx.store.ensure(bronze, PUBSUB_BRONZE, PULLED_BRONZE_PROPERTIES)
+    ctx.store.ensure(bronze, PUBSUB_BRONZE)
     return bronze
 
 
