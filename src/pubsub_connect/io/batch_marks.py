@@ -8,8 +8,8 @@ can only be replayed as the first one after its query (re)starts: within a run S
 a batch id twice. So every append carries a mark in its commit's ``userMetadata`` (shown by
 ``DESCRIBE HISTORY``), only the first batch after a start looks for the stage's newest mark among
 the table's newest commits (one small read of the log), and only that batch carries a
-transaction id too, which makes Delta refuse the same batch from a second process restarted at
-the same moment.
+transaction id too, so that Delta skips (or refuses) the same batch from a second process
+restarted at the same moment.
 
 Where the search stops without finding a mark: at a mark of an earlier query of the same stage
 (a replaced checkpoint; the stage runs one query at a time, so every commit of the current query

@@ -329,7 +329,8 @@ class SparkDeltaTableStore(TableStore):
         follows one this store appended is new by construction (Spark's offset log lets one
         query write a new batch id). That first batch also carries Delta's transaction id
         (``txnAppId``/``txnVersion``): two processes restarted on one checkpoint may replay the
-        same batch at once, and Delta then refuses the second commit. An append that raised may
+        same batch at once, and Delta then skips the second append (or refuses it, when both
+        commit at once). An append that raised may
         still have committed (a failure after the commit), so it is forgotten and the next
         attempt looks again."""
         key = (self.path(table), app_id)
