@@ -53,6 +53,8 @@ DRAINED_AFTER_S = 3.0
 #: Short enough that messages of a crashed puller come back soon, long enough to ride out a
 #: slow commit between renewals.
 LEASE_S = 20
+
+
 def ensure_bronze(ctx: PipelineContext, config: ConnectorConfig) -> TableRef:
     """The pulled bronze table, created by whichever stage starts first. Its puller appends a
     small batch per flow-control window: a log checkpoint every 10 commits would stall it every
