@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from pubsub_connect.io.batch_marks import batch_mark, last_marked_batch, parse_batch_mark, query_part
+from pubsub_connect.io.batch_marks import batch_mark, last_marked_batch, parse_batch_mark, query_part, stage_app_id
 
 APP = "orders/ingest@1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed"
 EARLIER = "orders/ingest@0c6f2e2a-7f51-4c8e-a3b5-9d4e1f0a2b3c"
@@ -32,6 +32,8 @@ def test_a_mark_reads_back_as_its_app_id_and_batch() -> None:
         assert parse_batch_mark(other) is None
     assert query_part(APP) == "orders/ingest" and query_part("orders/convert-dlq@q") == "orders/convert-dlq"
     assert query_part("no-query-id") == "no-query-id"
+    assert stage_app_id("orders/ingest", "1b9d6bcd-bbfd-4b2d-9b5d-ab8dfbbd4bed") == APP
+    assert query_part(stage_app_id("orders/convert-dlq", "q")) == "orders/convert-dlq"
 
 
 def test_the_newest_mark_of_the_app_id_is_found_behind_other_commits() -> None:

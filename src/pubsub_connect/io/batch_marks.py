@@ -43,6 +43,12 @@ def parse_batch_mark(user_metadata: str | None) -> tuple[str, int] | None:
     return (match.group(2), int(match.group(1))) if match else None
 
 
+def stage_app_id(stage_part: str, query_id: str) -> str:
+    """A stage's app id, ``<connector>/<stage><part>@<query id>``: what its marks (and Delta
+    transaction ids) name; :func:`query_part` takes the stage part back."""
+    return f"{stage_part}@{query_id}"
+
+
 def query_part(app_id: str) -> str:
     """The stage part of an app id, ``<connector>/<stage><part>``, without ``@<query id>``."""
     return app_id.rsplit("@", 1)[0]

@@ -49,6 +49,11 @@ KINDS = (BRONZE, OUTBOX, DLQ)
 STAGE_TABLE_PROPERTIES: Mapping[str, str] = {"delta.checkpointInterval": "100"}
 
 
+def created_table_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
+    """What ``ensure`` creates a table with: :data:`STAGE_TABLE_PROPERTIES` under ``properties``."""
+    return {**STAGE_TABLE_PROPERTIES, **(properties or {})}
+
+
 @dataclass(frozen=True)
 class TableRef:
     """A connector's table: ``kind`` is bronze | outbox | dlq, ``connector`` the connector name."""
@@ -169,7 +174,7 @@ class DeltaRsTableStore(TableStore):
             return
         try:
             DeltaTable.create(self.path(table), schema=to_arrow(schema), mode="ignore",
-                              configuration={**STAGE_TABLE_PROPERTIES, **(properties or {})},
+                              configuration=created_table_properties(properties),
                               storage_options=self.storage_options)
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
@@ -275,7 +280,7 @@ class SparkDeltaTableStore(TableStore):
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append
         builder = DeltaTable.createIfNotExists(self.spark).addColumns(schema)
-        for key, value in {**STAGE_TABLE_PROPERTIES, **(properties or {})}.items():
+        for key, value in created_table_properties(properties).items():
             builder = builder.property(key, value)
         name = self.table_name(table)
         builder = builder.tableName(name.replace("`", "")) if name else builder.location(self.path(table))

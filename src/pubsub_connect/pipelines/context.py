@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.config.loader import ConnectorConfig, WorkerConfig
 from pubsub_connect.io import checkpoints
+from pubsub_connect.io.batch_marks import stage_app_id
 from pubsub_connect.io.kafka.admin import KafkaLoginError, check_brokers
 from pubsub_connect.io.kafka.options import connect_client_settings, librdkafka_settings, spark_client_options
 from pubsub_connect.io.spark import Capabilities
@@ -118,7 +119,7 @@ class PipelineContext:
         query_id = self._checkpoint_ids.get(checkpoint)
         if query_id is None:
             query_id = self._checkpoint_ids[checkpoint] = checkpoint_query_id(self.spark, checkpoint)
-        return f"{config.name}/{stage}{part}@{query_id}"
+        return stage_app_id(f"{config.name}/{stage}{part}", query_id)
 
     def start_batches(self, source: DataFrame, config: ConnectorConfig, stage: str,
                       process: Callable[[DataFrame, int], None]) -> StreamingQuery:
