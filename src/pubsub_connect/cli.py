@@ -164,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list) -> int:
-    from pubsub_connect.io.spark import silence_query_failure_logs
+    from pubsub_connect.io.spark import quiet_routine_stops, silence_query_failure_logs
     from pubsub_connect.pipelines.runner.signals import install_stop_signals
     from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import apply_tasks_max, build_context
@@ -173,6 +173,7 @@ def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list)
     ctx = build_context(run_config.worker, once=args.once, progress=lambda line: print(line, flush=True))
     if not args.debug:
         silence_query_failure_logs(ctx.spark)  # the stage runner prints each failure in one line
+        quiet_routine_stops(ctx.spark)
     print(f"pubsub-connect {__version__}: {ctx.caps.describe()}, storage {ctx.store.root}", flush=True)
     if args.once:
         for connector, stages in plans:

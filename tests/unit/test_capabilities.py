@@ -54,3 +54,33 @@ def test_run_turns_off_the_jvm_loggers_that_print_query_failure_traces(spark) ->
     finally:
         for name, level in zip(QUERY_FAILURE_LOGGERS, before, strict=True):
             log4j.core.config.Configurator.setLevel(name, log4j.Level.getLevel(level))
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_run_turns_the_schedulers_cancel_warnings_down_unless_debug(
+        spark, monkeypatch: pytest.MonkeyPatch, debug: bool) -> None:
+    """A stage's restart, or the other stages stopped when one gives up, makes Spark's scheduler
+    warn that a finished job group could not be cancelled, after the connector's last line."""
+    import argparse
+    from types import SimpleNamespace
+
+    from pubsub_connect import cli
+    from pubsub_connect.io.spark import QUERY_FAILURE_LOGGERS
+    from pubsub_connect.pipelines import runtime
+
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+    scheduler = log4j.LogManager.getLogger("org.apache.spark.scheduler.DAGScheduler")
+    saved = {name: log4j.LogManager.getLogger(name).getLevel()
+             for name in ("org.apache.spark.scheduler.DAGScheduler", *QUERY_FAILURE_LOGGERS)}
+    context = SimpleNamespace(spark=spark, caps=SimpleNamespace(describe=lambda: "test session"),
+                              store=SimpleNamespace(root="/nowhere"))
+    monkeypatch.setattr(runtime, "build_context", lambda *_args, **_kwargs: context)
+    monkeypatch.setattr(runtime, "apply_tasks_max", lambda _run_config: None)
+    try:
+        assert scheduler.getLevel().toString() == "WARN"
+        args = argparse.Namespace(debug=debug, once=True)
+        assert cli._run_plans(args, SimpleNamespace(worker=None), []) == 0
+        assert scheduler.getLevel().toString() == ("WARN" if debug else "ERROR")
+    finally:
+        for name, level in saved.items():
+            log4j.core.config.Configurator.setLevel(name, level)

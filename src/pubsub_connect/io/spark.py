@@ -303,7 +303,9 @@ def silence_query_failure_logs(spark: SparkSession) -> None:
 
 
 def quiet_routine_stops(spark: SparkSession) -> None:
-    """Turn the DAG scheduler's warnings down to errors in this session's driver. A worker stops
-    queries routinely (pause, stop, restart, config change), and each stop makes the scheduler
-    warn that a finished job group could not be cancelled."""
+    """Turn the DAG scheduler's warnings down to errors in this session's driver. The connector
+    stops queries routinely (a stage restarted after a failure, the other stages stopped when one
+    gives up, a worker's pause or config change), and each stop can make the scheduler warn that a
+    finished job group could not be cancelled; printed after the connector's last line, that
+    warning would bury it."""
     _set_driver_log_level(spark, ("org.apache.spark.scheduler.DAGScheduler",), "ERROR")

@@ -236,9 +236,10 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
         raise ConfigError("a declarative pipeline runs on Spark's Kafka connector and Delta Lake; "
                               f"this session has {ctx.caps.describe()}")
     if quiet_failures:
-        from pubsub_connect.io.spark import silence_query_failure_logs
+        from pubsub_connect.io.spark import quiet_routine_stops, silence_query_failure_logs
 
         silence_query_failure_logs(ctx.spark)  # the stage runner prints each failure in one line
+        quiet_routine_stops(ctx.spark)
     emit(f"pipeline {config.name}: {ctx.caps.describe()}, tables {pipeline_warehouse(worker, config.name)}")
     before, after = _job_stages(ctx, config)
     if once:
