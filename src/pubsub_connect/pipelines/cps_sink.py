@@ -29,8 +29,9 @@ from pubsub_connect.model.cps_sink.batch import outbox_and_cache
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
 from pubsub_connect.pipelines.kafka_ingest import ingest
+from pubsub_connect.pipelines.observed_count import ObservedCount
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
 
@@ -54,10 +55,13 @@ def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
     )
 
 
+#: The outbox table's columns, in its order.
+OUTBOX_COLUMNS = [f.name for f in PUBSUB_OUTBOX.fields]
+
+
 def split_pubsub_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """``to_outbox`` rows of a bronze micro-batch → (outbox rows, dead-letter rows)."""
-    good = (converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull())
-            .select(*[f.name for f in PUBSUB_OUTBOX.fields]))
+    good = converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
     bad = converted.filter(F.col("error_class").isNotNull()).select(
         F.lit("convert").alias("stage"), "topic", "partition", "offset", "key", "value",
         "error_class", "error_message", F.current_timestamp().alias("failed_at"))
@@ -89,17 +93,34 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
 
+    def append_or_stop_at_unconvertible(converted: DataFrame, batch_id: int) -> None:
+        """``errors.tolerance=none``: one Spark job converts, writes, and counts the empty records
+        (nothing is written should a record fail)."""
+        empty = ObservedCount(converted, F.col("error_class").isNull() & F.col("data").isNull())
+        good = stop_at_unconvertible(empty.observed, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
+        _, bad = split_pubsub_outbox(converted)
+        appended = append_or_stop(ctx, config, dlq, bad, batch_id,
+                                  lambda: ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"),
+                                                                 batch_id))
+        if appended and empty.value():
+            report_empty_records(config, converted)
+
+    def dead_letter_and_append(converted: DataFrame, batch_id: int) -> None:
+        good, bad = split_pubsub_outbox(converted)
+        failed, empty = count_unpublishable(converted)
+        dead_letter(ctx, config, dlq, bad, batch_id, failed)
+        if empty:
+            report_empty_records(config, converted)
+        ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
+
+    append = append_or_stop_at_unconvertible if config.get("errors.tolerance") == "none" else dead_letter_and_append
+
     def process(batch: DataFrame, batch_id: int) -> None:
         converted, cached = outbox_and_cache(batch, settings)
         if cached is not None:
             cached.persist()
         try:
-            good, bad = split_pubsub_outbox(converted)
-            failed, empty = count_unpublishable(converted)
-            dead_letter(ctx, config, dlq, bad, batch_id, failed)
-            if empty:
-                report_empty_records(config, converted)
-            ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
+            append(converted, batch_id)
         finally:
             if cached is not None:
                 cached.unpersist()

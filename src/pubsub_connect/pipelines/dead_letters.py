@@ -10,9 +10,9 @@ land in ``dlq/<name>`` with the reason, optionally also in the Kafka topic
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from pubsub_connect.config.loader import ConnectorConfig
@@ -54,6 +54,41 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
         _produce_to_dlq_topic(ctx, config, bad, topic)
     ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
     return count
+
+
+def stop_at_unconvertible(converted: DataFrame, keep: Column) -> DataFrame:
+    """``converted``'s rows where ``keep`` holds, for ``errors.tolerance=none``: the Spark job
+    that computes them fails at a row that could not be converted (``raise_error``), before the
+    write it feeds commits anything. :func:`append_or_stop` then names the record.
+
+    Why: counting the bad rows first costs every micro-batch a Spark job of its own, which reads
+    and converts the batch again; folded into the write, that job is paid only when a record
+    fails."""
+    failed = F.when(F.col("error_class").isNotNull(), F.raise_error(F.lit(_UNCONVERTIBLE))).cast("boolean")
+    return converted.filter(F.coalesce(failed, keep))
+
+
+#: The message of the job that :func:`stop_at_unconvertible` fails; the user sees
+#: :func:`dead_letter`'s line naming the record instead.
+_UNCONVERTIBLE = "a record of this micro-batch cannot be converted (errors.tolerance=none)"
+
+
+def append_or_stop(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
+                   append: Callable[[], bool]) -> bool:
+    """Run ``append`` (a write of :func:`stop_at_unconvertible` rows) and return what it returns.
+    Should it fail and ``bad`` hold rows, the connector stops as :func:`dead_letter` says, naming
+    the first record in Kafka order (the job may have failed at any of them); any other failure
+    is raised as it is."""
+    try:
+        return append()
+    except Exception:
+        try:
+            failed = bad.count()
+        except Exception:  # the append's own failure is the one to report
+            failed = 0
+        if failed:
+            dead_letter(ctx, config, dlq, bad, batch_id, failed)
+        raise
 
 
 def _produce_to_dlq_topic(ctx: PipelineContext, config: ConnectorConfig, bad: DataFrame, topic: str) -> None:

@@ -46,7 +46,7 @@ from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
 from pubsub_connect.model.lite.columns import converted_columns, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
@@ -194,9 +194,13 @@ def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFram
     return map_in_arrow(bronze_batch.select(*BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, BRONZE_INPUT))
 
 
+#: The outbox table's columns, in its order.
+LITE_OUTBOX_COLUMNS = [f.name for f in LITE_OUTBOX.fields]
+
+
 def split_lite_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Converted rows → (outbox rows, ``KAFKA_DLQ``-shaped dead-letter rows)."""
-    good = converted.filter(F.col("error_class").isNull()).select(*[f.name for f in LITE_OUTBOX.fields])
+    good = converted.filter(F.col("error_class").isNull()).select(*LITE_OUTBOX_COLUMNS)
     bad = converted.filter(F.col("error_class").isNotNull()).select(
         F.lit("convert").alias("stage"), "topic", "partition", "offset", F.col("raw_key").alias("key"),
         F.col("raw_value").alias("value"), "error_class", "error_message", F.current_timestamp().alias("failed_at"))
@@ -210,18 +214,25 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
 
     in_columns = converts_in_columns(config)
+    stops = config.get("errors.tolerance") == "none"
 
     def process(batch: DataFrame, batch_id: int) -> None:
+        converted = converted_rows(batch, config)
+        good, bad = split_lite_outbox(converted)
+        app_id = ctx.batch_app_id(config, "convert")
+        if stops:  # one Spark job converts and writes, and fails at a record that cannot be converted
+            guarded = stop_at_unconvertible(converted, F.lit(True)).select(*LITE_OUTBOX_COLUMNS)
+            append_or_stop(ctx, config, dlq, bad, batch_id,
+                           lambda: ctx.store.append_batch(outbox, guarded, app_id, batch_id))
+            return
         # Two actions read the result (the dead-letter count, the append). The Python conversion
         # is persisted so that it runs once; the column expressions cost less to compute twice
         # than copying every payload into a cache.
-        converted = converted_rows(batch, config)
         if not in_columns:
             converted.persist()
         try:
-            good, bad = split_lite_outbox(converted)
             dead_letter(ctx, config, dlq, bad, batch_id)
-            ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
+            ctx.store.append_batch(outbox, good, app_id, batch_id)
         finally:
             if not in_columns:
                 converted.unpersist()

@@ -1,0 +1,114 @@
+"""``errors.tolerance=none`` folded into a convert stage's write, on both table backends: one
+Spark job converts and appends, and a record that cannot be converted fails it before anything
+is committed; the connector then names the first such record in Kafka order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from pyspark.sql import functions as F
+
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.spark import Capabilities
+from pubsub_connect.io.tables import OUTBOX, TableRef, TableStore, table_store
+from pubsub_connect.model.schemas import PUBSUB_OUTBOX
+from pubsub_connect.pipelines.context import ConnectorError
+from pubsub_connect.pipelines.cps_sink import OUTBOX_COLUMNS, split_pubsub_outbox
+from pubsub_connect.pipelines.dead_letters import append_or_stop, stop_at_unconvertible
+from pubsub_connect.pipelines.observed_count import ObservedCount
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+CONFIG = cfg.validate_connector({
+    "name": "folded", "connector.class": "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector",
+    "topics": "t", "cps.project": "p", "cps.topic": "s"}, "<folded>")
+
+
+@pytest.fixture(params=["delta-spark", "delta-rs"])
+def store(request: pytest.FixtureRequest, spark, tmp_path: Path) -> TableStore:
+    chosen = table_store(spark, str(tmp_path / "root"),
+                         Capabilities(native_kafka=False, native_delta=request.param == "delta-spark"))
+    chosen.ensure(TableRef(OUTBOX, "folded"), PUBSUB_OUTBOX)
+    return chosen
+
+
+def _converted(spark, failing: set[tuple[int, int]]):
+    """``to_outbox``-shaped rows of three partitions, spread over four Spark partitions; the
+    (partition, offset) pairs in ``failing`` could not be converted."""
+    rows = [(p, o, None if (p, o) in failing else f"{p}-{o}".encode(),
+             "DataException" if (p, o) in failing else None,
+             f"bad record {p}@{o}" if (p, o) in failing else None)
+            for p in range(3) for o in range(50)]
+    raw = spark.createDataFrame(rows, "partition int, offset long, data binary, error_class string, "
+                                      "error_message string").repartition(4)
+    return raw.select(
+        F.lit("t").alias("topic"), "partition", "offset", F.lit(None).cast("binary").alias("key"),
+        F.col("data").alias("value"), "data", F.create_map().cast("map<string,string>").alias("attributes"),
+        F.lit(None).cast("string").alias("ordering_key"), F.lit(0).cast("long").alias("kafka_timestamp"),
+        "error_class", "error_message")
+
+
+def _append(store: TableStore, converted, batch_id: int) -> bool:
+    outbox = TableRef(OUTBOX, "folded")
+    _, bad = split_pubsub_outbox(converted)
+    guarded = stop_at_unconvertible(converted, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
+    ctx = SimpleNamespace(store=store)
+    return append_or_stop(ctx, CONFIG, TableRef("dlq", "folded"), bad, batch_id,  # type: ignore[arg-type]
+                          lambda: store.append_batch(outbox, guarded, "folded.convert", batch_id))
+
+
+def test_convertible_rows_are_appended_in_one_write(spark, store: TableStore) -> None:
+    assert _append(store, _converted(spark, set()), 0) is True
+    rows = store.read(TableRef(OUTBOX, "folded")).select("partition", "offset", "data").collect()
+    assert sorted((r.partition, r.offset, r.data) for r in rows) == [
+        (p, o, f"{p}-{o}".encode()) for p in range(3) for o in range(50)]
+
+
+def test_a_bad_record_stops_the_write_naming_the_first_in_kafka_order(spark, store: TableStore) -> None:
+    assert _append(store, _converted(spark, set()), 0) is True
+    with pytest.raises(ConnectorError) as err:
+        _append(store, _converted(spark, {(2, 3), (1, 40), (1, 7)}), 1)
+    assert str(err.value) == (
+        "record t/1@7 cannot be converted: DataException: bad record 1@7 "
+        "(errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")
+    assert store.count(TableRef(OUTBOX, "folded")) == 150  # the failed batch wrote nothing
+    assert store.committed_version(TableRef(OUTBOX, "folded"), "folded.convert") == 0
+    # fixed (the record dead-lettered or the converter changed), the batch is appended
+    assert _append(store, _converted(spark, set()), 1) is True
+    assert store.count(TableRef(OUTBOX, "folded")) == 300
+
+
+def test_any_other_failure_of_the_write_is_raised_as_it_is(spark, store: TableStore) -> None:
+    converted = _converted(spark, set())
+    _, bad = split_pubsub_outbox(converted)
+
+    def broken() -> bool:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match=r"^disk full$"):
+        append_or_stop(SimpleNamespace(store=store), CONFIG, TableRef("dlq", "folded"), bad, 0,  # type: ignore[arg-type]
+                       broken)
+
+
+def test_the_observed_count_comes_from_the_write_without_a_job_of_its_own(spark, store: TableStore) -> None:
+    converted = _converted(spark, set()).withColumn(
+        "data", F.when(F.col("offset") % 10 == 0, F.lit(None)).otherwise(F.col("data")))
+    empty = ObservedCount(converted, F.col("data").isNull())
+    guarded = stop_at_unconvertible(empty.observed, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("observed-count", "observed count")
+    try:
+        assert store.append_batch(TableRef(OUTBOX, "folded"), guarded, "folded.convert", 0) is True
+        jobs = len(tracker.getJobIdsForGroup("observed-count"))
+        assert empty.value() == 15
+        observed = len(tracker.getJobIdsForGroup("observed-count"))
+        # never written: counted by a job instead of waiting for a metric that is not coming
+        unwritten = ObservedCount(converted, F.col("data").isNull())
+        assert unwritten.value() == 15
+        counted = len(tracker.getJobIdsForGroup("observed-count"))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    assert jobs > 0 and observed == jobs and counted > observed
+    assert store.count(TableRef(OUTBOX, "folded")) == 135
