@@ -145,6 +145,42 @@ def test_bad_records_go_to_the_dlq_with_tolerance_all(spark, kafka_bootstrap: st
     assert store.count(TableRef("bronze", unique_name)) == 4
 
 
+def test_a_stop_between_the_outbox_append_and_the_dead_letters_is_completed_by_the_next_run(
+        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``errors.tolerance=all`` the dead letters are written after the outbox append (their
+    count comes from the append's own job); a run stopped in between replays the batch: the
+    outbox keeps its rows once, the dead letters are written, every good record is published once."""
+    from pubsub_connect.pipelines import cps_sink
+
+    create_topic(kafka_bootstrap, unique_name)
+    produce(kafka_bootstrap, unique_name, [Rec(b'{"ok": 1}'), Rec(b"{not json"), Rec(b'{"ok": 3}')])
+    _, subscription = create_topic_and_subscription(unique_name)
+    connector = sink_config(unique_name, unique_name, unique_name, **{
+        "value.converter": "org.apache.kafka.connect.json.JsonConverter",
+        "value.converter.schemas.enable": "false", "errors.tolerance": "all"})
+    dead_lettered = cps_sink.dead_letter
+
+    def stopped(*args, **kwargs):
+        raise ConnectorError("stopped between the appends")
+
+    monkeypatch.setattr(cps_sink, "dead_letter", stopped)
+    with pytest.raises(ConnectorError, match="stopped between the appends"):
+        run_once(spark, kafka_bootstrap, tmp_path, connector)
+    from e2e.harness import context
+
+    store = context(spark, kafka_bootstrap, tmp_path).store
+    assert store.count(TableRef("outbox", unique_name)) == 2
+    assert store.count(TableRef("dlq", unique_name)) == 0
+
+    monkeypatch.setattr(cps_sink, "dead_letter", dead_lettered)
+    run_once(spark, kafka_bootstrap, tmp_path, connector)
+    assert store.count(TableRef("outbox", unique_name)) == 2
+    dlq = store.read(TableRef("dlq", unique_name)).collect()
+    assert [(r.partition, r.offset, r.value) for r in dlq] == [(0, 1, b"{not json")]
+    assert sorted(m.data for m in pull_all(subscription, 2, timeout=60)) == [b'{"ok":1}', b'{"ok":3}']
+    assert_no_more_messages(subscription, wait=1.0)
+
+
 def test_tolerance_none_stops_at_the_first_bad_record(spark, kafka_bootstrap: str, tmp_path: Path,
                                                       unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name)

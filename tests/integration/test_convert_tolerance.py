@@ -17,7 +17,7 @@ from pubsub_connect.model.schemas import PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.cps_sink import OUTBOX_COLUMNS, split_pubsub_outbox
 from pubsub_connect.pipelines.dead_letters import append_or_stop, stop_at_unconvertible
-from pubsub_connect.pipelines.observed_count import ObservedCount
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -92,22 +92,22 @@ def test_any_other_failure_of_the_write_is_raised_as_it_is(spark, store: TableSt
                        broken)
 
 
-def test_the_observed_count_comes_from_the_write_without_a_job_of_its_own(spark, store: TableStore) -> None:
+def test_the_observed_counts_come_from_the_write_without_a_job_of_their_own(spark, store: TableStore) -> None:
     converted = _converted(spark, set()).withColumn(
         "data", F.when(F.col("offset") % 10 == 0, F.lit(None)).otherwise(F.col("data")))
-    empty = ObservedCount(converted, F.col("data").isNull())
-    guarded = stop_at_unconvertible(empty.observed, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
+    conditions = {"empty": F.col("data").isNull(), "second": F.col("partition") == 1}
+    counts = ObservedCounts(converted, **conditions)
+    guarded = stop_at_unconvertible(counts.observed, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
     tracker = spark.sparkContext.statusTracker()
-    spark.sparkContext.setJobGroup("observed-count", "observed count")
+    spark.sparkContext.setJobGroup("observed-counts", "observed counts")
     try:
         assert store.append_batch(TableRef(OUTBOX, "folded"), guarded, "folded.convert", 0) is True
-        jobs = len(tracker.getJobIdsForGroup("observed-count"))
-        assert empty.value() == 15
-        observed = len(tracker.getJobIdsForGroup("observed-count"))
-        # never written: counted by a job instead of waiting for a metric that is not coming
-        unwritten = ObservedCount(converted, F.col("data").isNull())
-        assert unwritten.value() == 15
-        counted = len(tracker.getJobIdsForGroup("observed-count"))
+        jobs = len(tracker.getJobIdsForGroup("observed-counts"))
+        assert counts.values() == {"empty": 15, "second": 50}
+        observed = len(tracker.getJobIdsForGroup("observed-counts"))
+        # never written: counted by a job instead of waiting for metrics that are not coming
+        assert ObservedCounts(converted, **conditions).values() == {"empty": 15, "second": 50}
+        counted = len(tracker.getJobIdsForGroup("observed-counts"))
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert jobs > 0 and observed == jobs and counted > observed

@@ -31,7 +31,7 @@ from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
 from pubsub_connect.pipelines.kafka_ingest import ingest
-from pubsub_connect.pipelines.observed_count import ObservedCount
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
 
@@ -68,14 +68,6 @@ def split_pubsub_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     return good, bad
 
 
-def count_unpublishable(converted: DataFrame) -> tuple[int, int]:
-    """(records that cannot be converted, records with neither data nor attributes), in one job."""
-    error = F.col("error_class").isNotNull()
-    row = converted.agg(F.count(F.when(error, 1)).alias("failed"),
-                        F.count(F.when(~error & F.col("data").isNull(), 1)).alias("empty")).first()
-    return int(row.failed), int(row.empty)
-
-
 def report_empty_records(config: ConnectorConfig, converted: DataFrame) -> None:
     """Records with a null value and no attributes publish nothing, as in the original (Pub/Sub
     refuses a message with neither); like the original, they leave a warning naming them (the
@@ -93,34 +85,33 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
 
-    def append_or_stop_at_unconvertible(converted: DataFrame, batch_id: int) -> None:
-        """``errors.tolerance=none``: one Spark job converts, writes, and counts the empty records
-        (nothing is written should a record fail)."""
-        empty = ObservedCount(converted, F.col("error_class").isNull() & F.col("data").isNull())
-        good = stop_at_unconvertible(empty.observed, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
+    stops = config.get("errors.tolerance") == "none"
+
+    def append_converted(converted: DataFrame, batch_id: int) -> None:
+        """One Spark job converts, appends the outbox rows, and counts the records that could not
+        be converted and those with nothing to publish. With ``errors.tolerance=none`` a record
+        that could not be converted fails that job, so nothing is written; with ``all`` it is
+        dead-lettered after the append (both appends are kept once per batch, so a replay after a
+        stop in between completes the batch)."""
+        error = F.col("error_class").isNotNull()
+        counts = ObservedCounts(converted, failed=error, empty=~error & F.col("data").isNull())
+        publishable = F.col("data").isNotNull()
+        rows = (stop_at_unconvertible(counts.observed, publishable) if stops
+                else counts.observed.filter(~error & publishable)).select(*OUTBOX_COLUMNS)
         _, bad = split_pubsub_outbox(converted)
-        appended = append_or_stop(ctx, config, dlq, bad, batch_id,
-                                  lambda: ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"),
-                                                                 batch_id))
-        if appended and empty.value():
+        append_or_stop(ctx, config, dlq, bad, batch_id,
+                       lambda: ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id))
+        found = counts.values()
+        dead_letter(ctx, config, dlq, bad, batch_id, found["failed"])
+        if found["empty"]:
             report_empty_records(config, converted)
-
-    def dead_letter_and_append(converted: DataFrame, batch_id: int) -> None:
-        good, bad = split_pubsub_outbox(converted)
-        failed, empty = count_unpublishable(converted)
-        dead_letter(ctx, config, dlq, bad, batch_id, failed)
-        if empty:
-            report_empty_records(config, converted)
-        ctx.store.append_batch(outbox, good, ctx.batch_app_id(config, "convert"), batch_id)
-
-    append = append_or_stop_at_unconvertible if config.get("errors.tolerance") == "none" else dead_letter_and_append
 
     def process(batch: DataFrame, batch_id: int) -> None:
         converted, cached = outbox_and_cache(batch, settings)
         if cached is not None:
             cached.persist()
         try:
-            append(converted, batch_id)
+            append_converted(converted, batch_id)
         finally:
             if cached is not None:
                 cached.unpersist()

@@ -75,13 +75,15 @@ _UNCONVERTIBLE = "a record of this micro-batch cannot be converted (errors.toler
 
 def append_or_stop(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
                    append: Callable[[], bool]) -> bool:
-    """Run ``append`` (a write of :func:`stop_at_unconvertible` rows) and return what it returns.
-    Should it fail and ``bad`` hold rows, the connector stops as :func:`dead_letter` says, naming
-    the first record in Kafka order (the job may have failed at any of them); any other failure
-    is raised as it is."""
+    """Run ``append`` (a write of :func:`stop_at_unconvertible` rows with
+    ``errors.tolerance=none``) and return what it returns. Should it fail under ``none`` and
+    ``bad`` hold rows, the connector stops as :func:`dead_letter` says, naming the first record in
+    Kafka order (the job may have failed at any of them); any other failure is raised as it is."""
     try:
         return append()
     except Exception:
+        if config.get("errors.tolerance") != "none":
+            raise
         try:
             failed = bad.count()
         except Exception:  # the append's own failure is the one to report

@@ -48,6 +48,7 @@ from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, 
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
@@ -216,25 +217,32 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     in_columns = converts_in_columns(config)
     stops = config.get("errors.tolerance") == "none"
 
+    def append_converted(converted: DataFrame, batch_id: int) -> None:
+        """One Spark job converts, appends the outbox rows and counts the records that could not
+        be converted: with ``errors.tolerance=none`` such a record fails that job, so nothing is
+        written; with ``all`` it is dead-lettered after the append (both appends are kept once
+        per batch, so a replay after a stop in between completes the batch)."""
+        error = F.col("error_class").isNotNull()
+        counts = ObservedCounts(converted, failed=error)
+        rows = (stop_at_unconvertible(counts.observed, F.lit(True)) if stops
+                else counts.observed.filter(~error)).select(*LITE_OUTBOX_COLUMNS)
+        _, bad = split_lite_outbox(converted)
+        append_or_stop(ctx, config, dlq, bad, batch_id,
+                       lambda: ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id))
+        dead_letter(ctx, config, dlq, bad, batch_id, counts.values()["failed"])
+
     def process(batch: DataFrame, batch_id: int) -> None:
+        # With errors.tolerance=all the dead letters are read again after the append: the Python
+        # conversion is then persisted so that it runs once. The column expressions cost less to
+        # compute again than copying every payload into a cache.
         converted = converted_rows(batch, config)
-        good, bad = split_lite_outbox(converted)
-        app_id = ctx.batch_app_id(config, "convert")
-        if stops:  # one Spark job converts and writes, and fails at a record that cannot be converted
-            guarded = stop_at_unconvertible(converted, F.lit(True)).select(*LITE_OUTBOX_COLUMNS)
-            append_or_stop(ctx, config, dlq, bad, batch_id,
-                           lambda: ctx.store.append_batch(outbox, guarded, app_id, batch_id))
-            return
-        # Two actions read the result (the dead-letter count, the append). The Python conversion
-        # is persisted so that it runs once; the column expressions cost less to compute twice
-        # than copying every payload into a cache.
-        if not in_columns:
+        cached = not (in_columns or stops)
+        if cached:
             converted.persist()
         try:
-            dead_letter(ctx, config, dlq, bad, batch_id)
-            ctx.store.append_batch(outbox, good, app_id, batch_id)
+            append_converted(converted, batch_id)
         finally:
-            if not in_columns:
+            if cached:
                 converted.unpersist()
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
