@@ -56,6 +56,11 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     return count
 
 
+#: The message of the job that :func:`stop_at_unconvertible` fails; the user sees
+#: :func:`dead_letter`'s line naming the record instead.
+_UNCONVERTIBLE = "a record of this micro-batch cannot be converted (errors.tolerance=none)"
+
+
 def stop_at_unconvertible(converted: DataFrame, keep: Column) -> DataFrame:
     """``converted``'s rows where ``keep`` holds, for ``errors.tolerance=none``: the Spark job
     that computes them fails at a row that could not be converted (``raise_error``), before the
@@ -66,11 +71,6 @@ def stop_at_unconvertible(converted: DataFrame, keep: Column) -> DataFrame:
     fails."""
     failed = F.when(F.col("error_class").isNotNull(), F.raise_error(F.lit(_UNCONVERTIBLE))).cast("boolean")
     return converted.filter(F.coalesce(failed, keep))
-
-
-#: The message of the job that :func:`stop_at_unconvertible` fails; the user sees
-#: :func:`dead_letter`'s line naming the record instead.
-_UNCONVERTIBLE = "a record of this micro-batch cannot be converted (errors.tolerance=none)"
 
 
 def append_or_stop(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,

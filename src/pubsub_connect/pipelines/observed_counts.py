@@ -19,8 +19,9 @@ class ObservedCounts:
     batch's files and converts it a second time; Spark's progress then also reports every input
     row twice. Spark's ``Observation`` computes the aggregates inside the job of the frame's first
     action (here, the append). Should that action not have run (a replayed batch that was
-    skipped) or not report the metrics (Spark Connect's client), the counts run as one job of
-    their own, so :meth:`values` never waits for metrics that are not coming.
+    skipped), or the frame belong to a Spark Connect session (whose client keeps the metrics in a
+    form this does not read), the counts run as one job of their own, so :meth:`values` never
+    waits for metrics that are not coming.
     """
 
     def __init__(self, df: DataFrame, **conditions: Column):
