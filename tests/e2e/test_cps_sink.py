@@ -150,7 +150,7 @@ def test_a_stop_between_the_outbox_append_and_the_dead_letters_is_completed_by_t
     """With ``errors.tolerance=all`` the dead letters are written after the outbox append (their
     count comes from the append's own job); a run stopped in between replays the batch: the
     outbox keeps its rows once, the dead letters are written, every good record is published once."""
-    from pubsub_connect.pipelines import cps_sink
+    from pubsub_connect.pipelines import dead_letters
 
     create_topic(kafka_bootstrap, unique_name)
     produce(kafka_bootstrap, unique_name, [Rec(b'{"ok": 1}'), Rec(b"{not json"), Rec(b'{"ok": 3}')])
@@ -158,12 +158,12 @@ def test_a_stop_between_the_outbox_append_and_the_dead_letters_is_completed_by_t
     connector = sink_config(unique_name, unique_name, unique_name, **{
         "value.converter": "org.apache.kafka.connect.json.JsonConverter",
         "value.converter.schemas.enable": "false", "errors.tolerance": "all"})
-    dead_lettered = cps_sink.dead_letter
+    dead_lettered = dead_letters.dead_letter
 
     def stopped(*args, **kwargs):
         raise ConnectorError("stopped between the appends")
 
-    monkeypatch.setattr(cps_sink, "dead_letter", stopped)
+    monkeypatch.setattr(dead_letters, "dead_letter", stopped)
     with pytest.raises(ConnectorError, match="stopped between the appends"):
         run_once(spark, kafka_bootstrap, tmp_path, connector)
     from e2e.harness import context
@@ -172,7 +172,7 @@ def test_a_stop_between_the_outbox_append_and_the_dead_letters_is_completed_by_t
     assert store.count(TableRef("outbox", unique_name)) == 2
     assert store.count(TableRef("dlq", unique_name)) == 0
 
-    monkeypatch.setattr(cps_sink, "dead_letter", dead_lettered)
+    monkeypatch.setattr(dead_letters, "dead_letter", dead_lettered)
     run_once(spark, kafka_bootstrap, tmp_path, connector)
     assert store.count(TableRef("outbox", unique_name)) == 2
     dlq = store.read(TableRef("dlq", unique_name)).collect()

@@ -16,7 +16,7 @@ from pubsub_connect.io.tables import OUTBOX, TableRef, TableStore, table_store
 from pubsub_connect.model.schemas import PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.cps_sink import OUTBOX_COLUMNS, split_pubsub_outbox
-from pubsub_connect.pipelines.dead_letters import append_or_stop, stop_at_unconvertible
+from pubsub_connect.pipelines.dead_letters import append_converted, stop_at_unconvertible
 from pubsub_connect.pipelines.observed_counts import ObservedCounts
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -50,24 +50,27 @@ def _converted(spark, failing: set[tuple[int, int]]):
         "error_class", "error_message")
 
 
-def _append(store: TableStore, converted, batch_id: int) -> bool:
-    outbox = TableRef(OUTBOX, "folded")
+def _context(store: object) -> SimpleNamespace:
+    """What ``append_converted`` uses of a pipeline context."""
+    return SimpleNamespace(store=store, batch_app_id=lambda _config, stage: f"folded.{stage}")
+
+
+def _append(store: TableStore, converted, batch_id: int) -> dict[str, int]:
     _, bad = split_pubsub_outbox(converted)
-    guarded = stop_at_unconvertible(converted, F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
-    ctx = SimpleNamespace(store=store)
-    return append_or_stop(ctx, CONFIG, TableRef("dlq", "folded"), bad, batch_id,  # type: ignore[arg-type]
-                          lambda: store.append_batch(outbox, guarded, "folded.convert", batch_id))
+    return append_converted(_context(store), CONFIG, TableRef(OUTBOX, "folded"),  # type: ignore[arg-type]
+                            TableRef("dlq", "folded"), converted, bad, batch_id, OUTBOX_COLUMNS,
+                            F.col("data").isNotNull())
 
 
 def test_convertible_rows_are_appended_in_one_write(spark, store: TableStore) -> None:
-    assert _append(store, _converted(spark, set()), 0) is True
+    assert _append(store, _converted(spark, set()), 0) == {"failed": 0}
     rows = store.read(TableRef(OUTBOX, "folded")).select("partition", "offset", "data").collect()
     assert sorted((r.partition, r.offset, r.data) for r in rows) == [
         (p, o, f"{p}-{o}".encode()) for p in range(3) for o in range(50)]
 
 
 def test_a_bad_record_stops_the_write_naming_the_first_in_kafka_order(spark, store: TableStore) -> None:
-    assert _append(store, _converted(spark, set()), 0) is True
+    assert _append(store, _converted(spark, set()), 0) == {"failed": 0}
     with pytest.raises(ConnectorError) as err:
         _append(store, _converted(spark, {(2, 3), (1, 40), (1, 7)}), 1)
     assert str(err.value) == (
@@ -76,7 +79,7 @@ def test_a_bad_record_stops_the_write_naming_the_first_in_kafka_order(spark, sto
     assert store.count(TableRef(OUTBOX, "folded")) == 150  # the failed batch wrote nothing
     assert store.committed_version(TableRef(OUTBOX, "folded"), "folded.convert") == 0
     # fixed (the record dead-lettered or the converter changed), the batch is appended
-    assert _append(store, _converted(spark, set()), 1) is True
+    assert _append(store, _converted(spark, set()), 1) == {"failed": 0}
     assert store.count(TableRef(OUTBOX, "folded")) == 300
 
 
@@ -84,12 +87,13 @@ def test_any_other_failure_of_the_write_is_raised_as_it_is(spark, store: TableSt
     converted = _converted(spark, set())
     _, bad = split_pubsub_outbox(converted)
 
-    def broken() -> bool:
+    def broken(*_args: object) -> bool:
         raise OSError("disk full")
 
     with pytest.raises(OSError, match=r"^disk full$"):
-        append_or_stop(SimpleNamespace(store=store), CONFIG, TableRef("dlq", "folded"), bad, 0,  # type: ignore[arg-type]
-                       broken)
+        append_converted(_context(SimpleNamespace(append_batch=broken)), CONFIG,  # type: ignore[arg-type]
+                         TableRef(OUTBOX, "folded"), TableRef("dlq", "folded"), converted, bad, 0, OUTBOX_COLUMNS,
+                         F.col("data").isNotNull())
 
 
 def test_the_observed_counts_come_from_the_write_without_a_job_of_their_own(spark, store: TableStore) -> None:

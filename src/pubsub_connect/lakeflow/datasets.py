@@ -130,8 +130,9 @@ def tolerate(converted: DataFrame, config: cfg.ConnectorConfig) -> DataFrame:
         F.lit("record "), _coordinates(config.kind), F.lit(" cannot be converted: "), F.col("error_class"),
         F.lit(": "), F.col("error_message"),
         F.lit(" (errors.tolerance=none; set errors.tolerance=all to dead-letter such records)"))
-    failed = F.when(F.col("error_class").isNotNull(), F.raise_error(message)).cast("boolean")
-    return converted.filter(F.coalesce(failed, F.lit(True)))
+    from pubsub_connect.pipelines.dead_letters import stop_at_unconvertible
+
+    return stop_at_unconvertible(converted, F.lit(True), message)
 
 
 def _expectation(config: cfg.ConnectorConfig) -> tuple[str, str, bool]:

@@ -29,9 +29,8 @@ from pubsub_connect.model.cps_sink.batch import outbox_and_cache
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
+from pubsub_connect.pipelines.dead_letters import append_converted
 from pubsub_connect.pipelines.kafka_ingest import ingest
-from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
 
@@ -85,24 +84,11 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(dlq, KAFKA_DLQ)
     settings = sink_settings(config)
 
-    stops = config.get("errors.tolerance") == "none"
-
-    def append_converted(converted: DataFrame, batch_id: int) -> None:
-        """One Spark job converts, appends the outbox rows, and counts the records that could not
-        be converted and those with nothing to publish. With ``errors.tolerance=none`` a record
-        that could not be converted fails that job, so nothing is written; with ``all`` it is
-        dead-lettered after the append (both appends are kept once per batch, so a replay after a
-        stop in between completes the batch)."""
-        error = F.col("error_class").isNotNull()
-        counts = ObservedCounts(converted, failed=error, empty=~error & F.col("data").isNull())
-        publishable = F.col("data").isNotNull()
-        rows = (stop_at_unconvertible(counts.observed, publishable) if stops
-                else counts.observed.filter(~error & publishable)).select(*OUTBOX_COLUMNS)
+    def append_converted_batch(converted: DataFrame, batch_id: int) -> None:
         _, bad = split_pubsub_outbox(converted)
-        append_or_stop(ctx, config, dlq, bad, batch_id,
-                       lambda: ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id))
-        found = counts.values()
-        dead_letter(ctx, config, dlq, bad, batch_id, found["failed"])
+        found = append_converted(ctx, config, outbox, dlq, converted, bad, batch_id, OUTBOX_COLUMNS,
+                                 F.col("data").isNotNull(),
+                                 empty=F.col("error_class").isNull() & F.col("data").isNull())
         if found["empty"]:
             report_empty_records(config, converted)
 
@@ -111,7 +97,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         if cached is not None:
             cached.persist()
         try:
-            append_converted(converted, batch_id)
+            append_converted_batch(converted, batch_id)
         finally:
             if cached is not None:
                 cached.unpersist()

@@ -10,7 +10,7 @@ land in ``dlq/<name>`` with the reason, optionally also in the Kafka topic
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -19,6 +19,7 @@ from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io.kafka.writer import write_kafka
 from pubsub_connect.io.tables import TableRef
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 
 log = logging.getLogger(__name__)
 
@@ -56,33 +57,45 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     return count
 
 
-#: The message of the job that :func:`stop_at_unconvertible` fails; the user sees
-#: :func:`dead_letter`'s line naming the record instead.
+#: The message of the job that :func:`stop_at_unconvertible` fails in a convert stage; the user
+#: sees :func:`dead_letter`'s line naming the first such record instead.
 _UNCONVERTIBLE = "a record of this micro-batch cannot be converted (errors.tolerance=none)"
 
 
-def stop_at_unconvertible(converted: DataFrame, keep: Column) -> DataFrame:
+def stop_at_unconvertible(converted: DataFrame, keep: Column, message: Column | None = None) -> DataFrame:
     """``converted``'s rows where ``keep`` holds, for ``errors.tolerance=none``: the Spark job
-    that computes them fails at a row that could not be converted (``raise_error``), before the
-    write it feeds commits anything. :func:`append_or_stop` then names the record.
+    that computes them fails at a row that could not be converted (``raise_error`` with
+    ``message``), before the write it feeds commits anything.
 
     Why: counting the bad rows first costs every micro-batch a Spark job of its own, which reads
     and converts the batch again; folded into the write, that job is paid only when a record
     fails."""
-    failed = F.when(F.col("error_class").isNotNull(), F.raise_error(F.lit(_UNCONVERTIBLE))).cast("boolean")
+    failed = F.when(F.col("error_class").isNotNull(), F.raise_error(F.lit(_UNCONVERTIBLE) if message is None
+                                                                      else message)).cast("boolean")
     return converted.filter(F.coalesce(failed, keep))
 
 
-def append_or_stop(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
-                   append: Callable[[], bool]) -> bool:
-    """Run ``append`` (a write of :func:`stop_at_unconvertible` rows with
-    ``errors.tolerance=none``) and return what it returns. Should it fail under ``none`` and
-    ``bad`` hold rows, the connector stops as :func:`dead_letter` says, naming the first record in
-    Kafka order (the job may have failed at any of them); any other failure is raised as it is."""
+def append_converted(ctx: PipelineContext, config: ConnectorConfig, outbox: TableRef, dlq: TableRef,
+                     converted: DataFrame, bad: DataFrame, batch_id: int, columns: Sequence[str],
+                     keep: Column, **counts: Column) -> dict[str, int]:
+    """A sink convert's micro-batch: one Spark job converts, appends ``converted``'s rows where
+    ``keep`` holds (``columns`` of them) to ``outbox``, and counts the records that could not be
+    converted (``failed``) and the rows of each of ``counts``; returns those counts.
+
+    With ``errors.tolerance=none`` a record that could not be converted fails that job, so
+    nothing is written, and the connector stops naming the first such record in Kafka order (the
+    job may have failed at any of them). With ``all`` the ``bad`` rows are dead-lettered after
+    the append; both appends are kept once per batch, so a replay after a stop in between
+    completes the batch."""
+    error = F.col("error_class").isNotNull()
+    observed = ObservedCounts(converted, failed=error, **counts)
+    stops = config.get("errors.tolerance") == "none"
+    rows = (stop_at_unconvertible(observed.observed, keep) if stops
+            else observed.observed.filter(~error & keep)).select(*columns)
     try:
-        return append()
+        ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id)
     except Exception:
-        if config.get("errors.tolerance") != "none":
+        if not stops:
             raise
         try:
             failed = bad.count()
@@ -91,6 +104,9 @@ def append_or_stop(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef,
         if failed:
             dead_letter(ctx, config, dlq, bad, batch_id, failed)
         raise
+    found = observed.values()
+    dead_letter(ctx, config, dlq, bad, batch_id, found["failed"])
+    return found
 
 
 def _produce_to_dlq_topic(ctx: PipelineContext, config: ConnectorConfig, bad: DataFrame, topic: str) -> None:

@@ -46,9 +46,8 @@ from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
 from pubsub_connect.model.lite.columns import converted_columns, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import append_or_stop, dead_letter, stop_at_unconvertible
+from pubsub_connect.pipelines.dead_letters import append_converted
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
-from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
@@ -217,20 +216,6 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     in_columns = converts_in_columns(config)
     stops = config.get("errors.tolerance") == "none"
 
-    def append_converted(converted: DataFrame, batch_id: int) -> None:
-        """One Spark job converts, appends the outbox rows and counts the records that could not
-        be converted: with ``errors.tolerance=none`` such a record fails that job, so nothing is
-        written; with ``all`` it is dead-lettered after the append (both appends are kept once
-        per batch, so a replay after a stop in between completes the batch)."""
-        error = F.col("error_class").isNotNull()
-        counts = ObservedCounts(converted, failed=error)
-        rows = (stop_at_unconvertible(counts.observed, F.lit(True)) if stops
-                else counts.observed.filter(~error)).select(*LITE_OUTBOX_COLUMNS)
-        _, bad = split_lite_outbox(converted)
-        append_or_stop(ctx, config, dlq, bad, batch_id,
-                       lambda: ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id))
-        dead_letter(ctx, config, dlq, bad, batch_id, counts.values()["failed"])
-
     def process(batch: DataFrame, batch_id: int) -> None:
         # With errors.tolerance=all the dead letters are read again after the append: the Python
         # conversion is then persisted so that it runs once. The column expressions cost less to
@@ -240,7 +225,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         if cached:
             converted.persist()
         try:
-            append_converted(converted, batch_id)
+            _, bad = split_lite_outbox(converted)
+            append_converted(ctx, config, outbox, dlq, converted, bad, batch_id, LITE_OUTBOX_COLUMNS, F.lit(True))
         finally:
             if cached:
                 converted.unpersist()
