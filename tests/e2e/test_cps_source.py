@@ -189,6 +189,38 @@ def test_bad_message_goes_to_dlq(spark, kafka_bootstrap: str, tmp_path: Path, un
     assert [(r.key, r.value) for r in consume_all(kafka_bootstrap, f"{unique_name}-dlq")] == [(None, b"bad")]
 
 
+def test_tolerance_none_stops_at_the_first_bad_message_and_writes_nothing_of_its_batch(
+        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    """Connect's default tolerance: the convert stops naming the first bad message (by message id),
+    nothing of that micro-batch reaches the outbox or Kafka; with ``errors.tolerance=all`` the
+    same batch then converts, the good messages reach Kafka once and the bad ones the DLQ."""
+    create_topic(kafka_bootstrap, unique_name)
+    _, subscription = create_topic_and_subscription(unique_name)
+    ids = _publish_in_order(unique_name, [(b"one", {"a": "1"}, None), (b"bad-1", {"message": "clash"}, None),
+                                          (b"two", {"a": "2"}, None), (b"bad-2", {"message": "clash"}, None)])
+    connector = source_config(unique_name, subscription, unique_name, **{"value.converter": JSON})
+    with pytest.raises(ConnectorError) as err:
+        run_once(spark, kafka_bootstrap, tmp_path, connector)
+    message = str(err.value)
+    first_bad = min(ids[1], ids[3])
+    assert message.startswith(f"{unique_name} convert: record message_id {first_bad} cannot be converted: "
+                              "DuplicateFieldError: "), message
+    assert "errors.tolerance=none" in message and "\n" not in message
+    store = context(spark, kafka_bootstrap, tmp_path).store
+    assert store.count(TableRef("outbox", unique_name)) == 0
+    assert store.count(TableRef("dlq", unique_name)) == 0
+    assert consume_all(kafka_bootstrap, unique_name) == []
+
+    tolerant = source_config(unique_name, subscription, unique_name, **{"value.converter": JSON,
+                                                                         "errors.tolerance": "all"})
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, tolerant)
+    payloads = sorted(json.loads(r.value)["payload"]["a"] for r in consume_all(kafka_bootstrap, unique_name))
+    assert payloads == ["1", "2"]
+    dead = ctx.store.read(TableRef("dlq", unique_name)).select("message_id", "value").collect()
+    assert sorted((r.message_id, r.value) for r in dead) == sorted([(ids[1], b"bad-1"), (ids[3], b"bad-2")])
+    assert ctx.store.count(TableRef("outbox", unique_name)) == 2
+
+
 def test_pull_appends_after_a_restart(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     """A restarted pull stage appends what it pulls (ten messages per append here) to the bronze
     rows already there: every message is in bronze exactly once after two runs, and in Kafka."""

@@ -37,7 +37,7 @@ from pubsub_connect.model.cps_source.reference import check_value_converter
 from pubsub_connect.model.cps_source.settings import CpsSourceSettings, UnsupportedConverterError
 from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import PipelineContext, Stage, query_name
-from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.dead_letters import append_converted
 from pubsub_connect.pipelines.kafka_produce import produce_stage
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
@@ -271,15 +271,18 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> PullLoop:
 # --------------------------------------------------------------------------------------------
 
 
-def split_kafka_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """``to_kafka_outbox(..., with_message=True)`` rows → (outbox rows, dead-letter rows)."""
-    good = converted.filter(F.col("error_class").isNull()).select(*[f.name for f in KAFKA_OUTBOX.fields])
-    bad = (converted.filter(F.col("error_class").isNotNull())
-           .select(F.lit("convert").alias("stage"), "message_id", "subscription",
-                   F.lit(None).cast("binary").alias("key"),
-                   F.col("data").alias("value"), "attributes", "error_class", "error_message",
-                   F.current_timestamp().alias("failed_at")))
-    return good, bad
+#: The outbox's columns, in its schema's order.
+OUTBOX_COLUMNS = tuple(field.name for field in KAFKA_OUTBOX.fields)
+
+
+def kafka_dead_letters(converted: DataFrame) -> DataFrame:
+    """The dead-letter rows of ``to_kafka_outbox(..., with_message=True)``'s rows (the outbox
+    rows are the others, :data:`OUTBOX_COLUMNS` of them)."""
+    return (converted.filter(F.col("error_class").isNotNull())
+            .select(F.lit("convert").alias("stage"), "message_id", "subscription",
+                    F.lit(None).cast("binary").alias("key"),
+                    F.col("data").alias("value"), "attributes", "error_class", "error_message",
+                    F.current_timestamp().alias("failed_at")))
 
 
 def _seen_ids(ctx: PipelineContext, outbox: TableRef, dlq: TableRef, batch: DataFrame) -> DataFrame:
@@ -305,24 +308,15 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     outbox_rows = OutboxRowCount(ctx.store, outbox)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()
+        batch = batch.persist()  # read by the look-up's time bounds, then by the conversion
         try:
             seen = _seen_ids(ctx, outbox, dlq, batch)
-            start_counter = outbox_rows.current()
-            # persisted: the look-up of seen ids and the conversion run once although the DLQ
-            # count and the outbox append both read them (and the round-robin numbering of
-            # ``start_counter`` is then the same for both); the rows carry what the outbox and
-            # the dead letters need of the message, so nothing joins back to the input
             fresh = batch.join(seen, "message_id", "left_anti")
-            converted = to_kafka_outbox(fresh, settings, start_counter, with_message=True).persist()
-            try:
-                good, bad = split_kafka_outbox(converted)
-                dead_letter(ctx, config, dlq, bad, batch_id)
-                # counted before the append: writing the outbox drops the cached rows (they read
-                # the outbox for the seen ids), and recomputed after it they would all be "seen"
-                outbox_rows.append_batch(good, good.count(), ctx.batch_app_id(config, "convert"), batch_id)
-            finally:
-                converted.unpersist()
+            # the rows carry what the outbox and the dead letters need of the message, so
+            # nothing joins back to the input; one job converts, appends and counts
+            converted = to_kafka_outbox(fresh, settings, outbox_rows.current(), with_message=True)
+            append_converted(ctx, config, outbox, dlq, converted, kafka_dead_letters(converted), batch_id,
+                             OUTBOX_COLUMNS, F.lit(True), append=outbox_rows.append_batch)
         finally:
             batch.unpersist()
 

@@ -10,7 +10,7 @@ land in ``dlq/<name>`` with the reason, optionally also in the Kafka topic
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -77,23 +77,33 @@ def stop_at_unconvertible(converted: DataFrame, keep: Column, message: Column | 
 
 def append_converted(ctx: PipelineContext, config: ConnectorConfig, outbox: TableRef, dlq: TableRef,
                      converted: DataFrame, bad: DataFrame, batch_id: int, columns: Sequence[str],
-                     keep: Column, **counts: Column) -> dict[str, int]:
-    """A sink convert's micro-batch: one Spark job converts, appends ``converted``'s rows where
+                     keep: Column, append: Callable[[DataFrame, str, int], object] | None = None,
+                     **counts: Column) -> dict[str, int]:
+    """A convert's micro-batch: one Spark job converts, appends ``converted``'s rows where
     ``keep`` holds (``columns`` of them) to ``outbox``, and counts the records that could not be
     converted (``failed``) and the rows of each of ``counts``; returns those counts.
 
+    ``append(rows, app id, batch id)`` writes the outbox rows, once per batch; by default the
+    store's ``append_batch`` (a source convert passes its :class:`OutboxRowCount`'s, which keeps
+    the outbox's row count).
+
     With ``errors.tolerance=none`` a record that could not be converted fails that job, so
-    nothing is written, and the connector stops naming the first such record in Kafka order (the
-    job may have failed at any of them). With ``all`` the ``bad`` rows are dead-lettered after
-    the append; both appends are kept once per batch, so a replay after a stop in between
-    completes the batch."""
+    nothing is written, and the connector stops naming the first such record (in Kafka order,
+    or by message id; the job may have failed at any of them). With ``all`` the ``bad`` rows are
+    dead-lettered after the append; both appends are kept once per batch, so a replay after a
+    stop in between completes the batch. ``bad`` is then computed again, so it must not depend
+    on what the outbox append added (a source's look-up of converted message ids finds only the
+    good rows there)."""
     error = F.col("error_class").isNotNull()
     observed = ObservedCounts(converted, failed=error, **counts)
     stops = config.get("errors.tolerance") == "none"
     rows = (stop_at_unconvertible(observed.observed, keep) if stops
             else observed.observed.filter(~error & keep)).select(*columns)
+    if append is None:
+        def append(df: DataFrame, app_id: str, batch: int) -> object:
+            return ctx.store.append_batch(outbox, df, app_id, batch)
     try:
-        ctx.store.append_batch(outbox, rows, ctx.batch_app_id(config, "convert"), batch_id)
+        append(rows, ctx.batch_app_id(config, "convert"), batch_id)
     except Exception:
         if not stops:
             raise

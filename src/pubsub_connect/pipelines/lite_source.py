@@ -215,18 +215,10 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     outbox_rows = OutboxRowCount(ctx.store, outbox)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        batch = batch.persist()  # read once: for the row count and the conversion
-        try:
-            rows = batch.count()
-            if rows == 0:
-                return
-            # the outbox size as round-robin start: deterministic when this batch is replayed
-            out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), outbox_rows.current(),
-                                       converters)
-            # every bronze row is one outbox row
-            outbox_rows.append_batch(out, rows, ctx.batch_app_id(config, "convert"), batch_id)
-        finally:
-            batch.unpersist()
+        # the outbox size as round-robin start: deterministic when this batch is replayed
+        out = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), outbox_rows.current(),
+                                   converters)
+        outbox_rows.append_batch(out, ctx.batch_app_id(config, "convert"), batch_id)
 
     return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
 

@@ -33,10 +33,22 @@ class ObservedCounts:
         #: ``df`` with the counts attached: the frame the action must read.
         self.observed = df.observe(self._observation, *self._counts)
 
-    def values(self) -> dict[str, int]:
-        """The counts, from the action that read :attr:`observed` when it finished, else by a job."""
+    def from_action(self) -> dict[str, int] | None:
+        """The counts the action that read :attr:`observed` took; None when no such action
+        finished (or the session cannot tell).
+
+        Why apart from :meth:`values`: a frame that reads the table its action wrote to (the
+        source converts look up what the outbox already holds) counts differently when computed
+        again afterwards, so its caller must not take a job's counts in their place."""
         java = getattr(self._observation, "_jo", None)
         if java is not None and java.future().isCompleted():
             return {name: int(value) for name, value in self._observation.get.items()}
+        return None
+
+    def values(self) -> dict[str, int]:
+        """The counts, from the action that read :attr:`observed` when it finished, else by a job."""
+        found = self.from_action()
+        if found is not None:
+            return found
         row = self._df.agg(*self._counts).first()
         return {name: int(value) for name, value in row.asDict().items()}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import functions as F
+
 from pubsub_connect.io.tables import TableRef, TableStore
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -32,20 +35,24 @@ class OutboxRowCount:
             self._rows = self.store.row_count(self.table)
         return self._rows
 
-    def append_batch(self, df: DataFrame, rows: int, app_id: str, batch_id: int) -> bool:
+    def append_batch(self, df: DataFrame, app_id: str, batch_id: int) -> bool:
         """Append ``df`` to the outbox once per (``app_id``, ``batch_id``), as
-        :meth:`TableStore.append_batch`, and move the count by ``rows``.
+        :meth:`TableStore.append_batch`, and move the count by the rows that append wrote.
 
-        ``rows`` is counted by the caller before the append: a frame that reads the outbox (the
-        Cloud Pub/Sub source's look-up of converted message ids) is computed again once the
-        outbox changed, and would then count differently."""
+        Those rows are counted by the append's own Spark job (:class:`ObservedCounts`), not by a
+        count before it: that count was a job of its own, reading and converting the batch once
+        more. Nor by a count after it: a frame that reads the outbox (the Cloud Pub/Sub source's
+        look-up of converted message ids) computed again once the outbox changed counts
+        differently. When the append's job brought no count, the store is asked again."""
+        written = ObservedCounts(df, rows=F.lit(True))
         try:
-            appended = self.store.append_batch(self.table, df, app_id, batch_id)
+            appended = self.store.append_batch(self.table, written.observed, app_id, batch_id)
         except BaseException:
             self._rows = None  # the table may or may not hold the batch now
             raise
-        if appended and self._rows is not None:
-            self._rows += rows
-        else:  # skipped as already appended, or appended before the first look-up
+        counted = written.from_action() if appended else None
+        if counted is not None and self._rows is not None:
+            self._rows += counted["rows"]
+        else:  # skipped as already appended, appended before the first look-up, or not counted
             self._rows = None
         return appended
