@@ -232,9 +232,10 @@ def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.Te
         {"key": f"k{i % 7}".encode(), "value": f"seq-{i}".encode(), "partition": i % 7 % 3, "timestamp": 1_000 + i}
         for i in range(RECOVERY_TOTAL)])
 
-    # small batches: the recovery connector publishes in several micro-batches
+    # small batches: the recovery connector publishes in several micro-batches (about seven: each
+    # ingest batch writes a file per Kafka partition, and a trigger takes three files)
     worker, root = write_worker(tmp_path, kafka_bootstrap, **{
-        "pipeline.max.records.per.batch": "100", "pipeline.max.files.per.trigger": "1"})
+        "pipeline.max.records.per.batch": "100", "pipeline.max.files.per.trigger": "3"})
     base = {"connector.class": "com.google.pubsublite.kafka.sink.PubSubLiteSinkConnector", "tasks.max": "2"}
     files = {
         "recovery": write_connector(tmp_path, names["recovery"], lite, **{
