@@ -4,6 +4,7 @@ is committed; the connector then names the first such record in Kafka order."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,7 +58,7 @@ def _context(store: object) -> SimpleNamespace:
 
 def _append(store: TableStore, converted, batch_id: int) -> dict[str, int]:
     _, bad = split_pubsub_outbox(converted)
-    return append_converted(_context(store), CONFIG, TableRef(OUTBOX, "folded"),  # type: ignore[arg-type]
+    return append_converted(_context(store), CONFIG, partial(store.append_batch, TableRef(OUTBOX, "folded")),  # type: ignore[arg-type]
                             TableRef("dlq", "folded"), converted, bad, batch_id, OUTBOX_COLUMNS,
                             F.col("data").isNotNull())
 
@@ -91,9 +92,8 @@ def test_any_other_failure_of_the_write_is_raised_as_it_is(spark, store: TableSt
         raise OSError("disk full")
 
     with pytest.raises(OSError, match=r"^disk full$"):
-        append_converted(_context(SimpleNamespace(append_batch=broken)), CONFIG,  # type: ignore[arg-type]
-                         TableRef(OUTBOX, "folded"), TableRef("dlq", "folded"), converted, bad, 0, OUTBOX_COLUMNS,
-                         F.col("data").isNotNull())
+        append_converted(_context(store), CONFIG, broken, TableRef("dlq", "folded"),  # type: ignore[arg-type]
+                         converted, bad, 0, OUTBOX_COLUMNS, F.col("data").isNotNull())
 
 
 def test_the_observed_counts_come_from_the_write_without_a_job_of_their_own(spark, store: TableStore) -> None:

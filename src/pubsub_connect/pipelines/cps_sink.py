@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -86,7 +87,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 
     def append_converted_batch(converted: DataFrame, batch_id: int) -> None:
         _, bad = split_pubsub_outbox(converted)
-        found = append_converted(ctx, config, outbox, dlq, converted, bad, batch_id, OUTBOX_COLUMNS,
+        found = append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted, bad,
+                                 batch_id, OUTBOX_COLUMNS,
                                  F.col("data").isNotNull(),
                                  empty=F.col("error_class").isNull() & F.col("data").isNull())
         if found["empty"]:

@@ -315,8 +315,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             # the rows carry what the outbox and the dead letters need of the message, so
             # nothing joins back to the input; one job converts, appends and counts
             converted = to_kafka_outbox(fresh, settings, outbox_rows.current(), with_message=True)
-            append_converted(ctx, config, outbox, dlq, converted, kafka_dead_letters(converted), batch_id,
-                             OUTBOX_COLUMNS, F.lit(True), append=outbox_rows.append_batch)
+            append_converted(ctx, config, outbox_rows.append_batch, dlq, converted, kafka_dead_letters(converted),
+                             batch_id, OUTBOX_COLUMNS, F.lit(True))
         finally:
             batch.unpersist()
 

@@ -75,17 +75,17 @@ def stop_at_unconvertible(converted: DataFrame, keep: Column, message: Column | 
     return converted.filter(F.coalesce(failed, keep))
 
 
-def append_converted(ctx: PipelineContext, config: ConnectorConfig, outbox: TableRef, dlq: TableRef,
-                     converted: DataFrame, bad: DataFrame, batch_id: int, columns: Sequence[str],
-                     keep: Column, append: Callable[[DataFrame, str, int], object] | None = None,
+def append_converted(ctx: PipelineContext, config: ConnectorConfig,
+                     append: Callable[[DataFrame, str, int], object], dlq: TableRef, converted: DataFrame,
+                     bad: DataFrame, batch_id: int, columns: Sequence[str], keep: Column,
                      **counts: Column) -> dict[str, int]:
     """A convert's micro-batch: one Spark job converts, appends ``converted``'s rows where
-    ``keep`` holds (``columns`` of them) to ``outbox``, and counts the records that could not be
+    ``keep`` holds (``columns`` of them) to the outbox, and counts the records that could not be
     converted (``failed``) and the rows of each of ``counts``; returns those counts.
 
-    ``append(rows, app id, batch id)`` writes the outbox rows, once per batch; by default the
-    store's ``append_batch`` (a source convert passes its :class:`OutboxRowCount`'s, which keeps
-    the outbox's row count).
+    ``append(rows, app id, batch id)`` writes the outbox rows, once per batch: the store's
+    ``append_batch`` for the outbox (a sink), or an :class:`OutboxRowCount`'s, which also keeps
+    the outbox's row count (a source).
 
     With ``errors.tolerance=none`` a record that could not be converted fails that job, so
     nothing is written, and the connector stops naming the first such record (in Kafka order,
@@ -99,9 +99,6 @@ def append_converted(ctx: PipelineContext, config: ConnectorConfig, outbox: Tabl
     stops = config.get("errors.tolerance") == "none"
     rows = (stop_at_unconvertible(observed.observed, keep) if stops
             else observed.observed.filter(~error & keep)).select(*columns)
-    if append is None:
-        def append(df: DataFrame, app_id: str, batch: int) -> object:
-            return ctx.store.append_batch(outbox, df, app_id, batch)
     try:
         append(rows, ctx.batch_app_id(config, "convert"), batch_id)
     except Exception:

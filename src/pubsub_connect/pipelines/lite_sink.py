@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -226,7 +227,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             converted.persist()
         try:
             _, bad = split_lite_outbox(converted)
-            append_converted(ctx, config, outbox, dlq, converted, bad, batch_id, LITE_OUTBOX_COLUMNS, F.lit(True))
+            append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted, bad, batch_id,
+                             LITE_OUTBOX_COLUMNS, F.lit(True))
         finally:
             if cached:
                 converted.unpersist()
