@@ -22,6 +22,8 @@ from typing import Any
 import grpc
 import pytest
 from google.cloud.pubsublite_v1.types import admin, common, cursor, publisher, subscriber, topic_stats
+from google.longrunning import operations_pb2
+from google.rpc import error_details_pb2, status_pb2
 
 from lite_server import LiteServer, run_python
 
@@ -255,9 +257,9 @@ def callback(message):
     message.ack()
 with SubscriberClient(credentials=CRED, client_options=OPTS, executor=concurrent.futures.ThreadPoolExecutor(1)) as c:
     future = c.subscribe(sub, callback, FlowControlSettings(2, 10**6), fixed_partitions={{Partition(0)}})
-    wait_until(lambda: len(got) >= 5 and committed_total(sub) >= 5, 20)
+    wait_until(lambda: len(got) >= 5 and committed_total(sub) >= 5, 60)
     admin.seek_subscription(sub, BacklogLocation.BEGINNING).result(timeout=10)  # cursor back to 0
-    wait_until(lambda: len(got) >= 10 and committed_total(sub) >= 5, 20)
+    wait_until(lambda: len(got) >= 10 and committed_total(sub) >= 5, 60)
     future.cancel()
 print(json.dumps(got))
 """,
@@ -360,6 +362,61 @@ def test_subscribe_never_exceeds_flow_control_and_seeks_on_stream(lite: LiteServ
     lite.publish(topic, 0, [message_type(data=b"new")])  # a live subscriber is woken by appends
     requests.put(req(flow_control={"allowed_messages": 0, "allowed_bytes": 10 * size}))
     assert [m.message.data for m in next(responses).messages.messages] == [b"new"]
+    requests.put(None)
+
+
+def test_a_subscriber_offline_during_an_admin_seek_is_reset_when_it_resumes(
+    lite: LiteServer, raw: Raw, tag: str
+) -> None:
+    topic, sub = paths(tag)
+    lite.create_topic(topic, 1)
+    lite.publish(topic, 0, [common.PubSubMessage.pb()(data=f"m{i}".encode()) for i in range(3)])
+    lite.create_subscription(sub, topic)
+    req = subscriber.SubscribeRequest.pb()
+
+    def subscribe(location: dict[str, Any]) -> tuple[queue.Queue, Iterator[Any]]:
+        requests, responses = raw.stream("SubscriberService", "Subscribe", subscriber.SubscribeResponse.pb())
+        requests.put(req(initial={"subscription": sub, "partition": 0, "initial_location": location}))
+        requests.put(req(flow_control={"allowed_messages": 10, "allowed_bytes": 10**6}))
+        return requests, responses
+
+    requests, responses = subscribe({"cursor": {"offset": 0}})
+    assert next(responses).initial.cursor.offset == 0
+    assert [m.message.data for m in next(responses).messages.messages] == [b"m0", b"m1", b"m2"]
+    requests.put(None)  # the subscriber goes offline, having read everything
+    with pytest.raises(StopIteration):
+        next(responses)
+
+    raw.unary(
+        "AdminService", "SeekSubscription",
+        admin.SeekSubscriptionRequest.pb()(name=sub, named_target=admin.SeekSubscriptionRequest.NamedTarget.TAIL),
+        operations_pb2.Operation,
+    )
+    requests, responses = subscribe({"cursor": {"offset": 3}})  # back online, resuming where it stopped
+    with pytest.raises(grpc.RpcError) as info:
+        next(responses)
+    requests.put(None)
+    assert info.value.code() == grpc.StatusCode.ABORTED
+    details = status_pb2.Status.FromString(dict(info.value.trailing_metadata())["grpc-status-details-bin"])
+    reason = error_details_pb2.ErrorInfo()
+    details.details[0].Unpack(reason)
+    assert (reason.reason, reason.domain) == ("RESET", "pubsublite.googleapis.com")
+
+    commit = cursor.StreamingCommitCursorRequest.pb()
+    commits, acks = raw.stream("CursorService", "StreamingCommitCursor", cursor.StreamingCommitCursorResponse.pb())
+    commits.put(commit(initial={"subscription": sub, "partition": 0}))
+    assert next(acks).HasField("initial")
+    commits.put(commit(commit={"cursor": {"offset": 3}}))  # the reset flushes a pre-seek commit
+    assert next(acks).commit.acknowledged_commits == 1
+    commits.put(None)
+    assert lite.committed_cursor(sub, 0) == 0  # acknowledged, not applied
+
+    requests, responses = subscribe({"named_target": subscriber.SeekRequest.NamedTarget.COMMITTED_CURSOR})
+    assert next(responses).initial.cursor.offset == 0
+    assert [m.message.data for m in next(responses).messages.messages] == [b"m0", b"m1", b"m2"]
+    requests.put(None)
+    requests, responses = subscribe({"cursor": {"offset": 3}})  # the seek was seen: no second reset
+    assert next(responses).initial.cursor.offset == 3
     requests.put(None)
 
 

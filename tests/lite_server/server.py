@@ -44,7 +44,9 @@ Semantics worth knowing: a subscription starts at offset 0 (or at the heads with
 ``skip_backlog``); committed cursors are "next offset to read"; Subscribe never exceeds the
 flow-control tokens (a message larger than the byte allowance waits for more tokens); an admin
 seek moves the cursors and aborts live Subscribe streams with the RESET status, ignoring
-pre-seek commits until the client resubscribes.
+pre-seek commits until the client resubscribes; a subscriber that was offline during the seek
+(between two streams) is sent RESET when it resumes at a cursor of its own, as the service
+promises that offline subscribers react to a seek once they are online.
 
 Not modelled: retention/expiry, quotas and throughput limits, export subscriptions, auth.
 Run standalone with ``python -m lite_server`` (prints one JSON line with endpoint and cert).
@@ -183,6 +185,9 @@ class _SubscriptionState:
     #: partitions whose streaming commits are ignored until the client resubscribes after a seek
     #: (its commit stream still flushes acknowledgements for messages from before the seek).
     stale_commits: set[int] = field(default_factory=set)
+    #: partitions seeked since a subscriber last started there, so a stream that resumes at an
+    #: offset of its own (a reconnect after the seek) has not seen the seek yet and is reset.
+    unseen_seeks: set[int] = field(default_factory=set)
 
 
 def _apply_mask(target: Any, source: Any, paths: Iterable[str]) -> None:
@@ -685,6 +690,7 @@ class LiteServer:
             else:
                 raise _invalid("seek target must be set")
             sub.cursors[p] = target
+            sub.unseen_seeks.add(p)
         for session in sub.sessions:
             sub.stale_commits.add(session.partition)
             session.reset = True
@@ -856,6 +862,13 @@ class LiteServer:
         init = first.initial
         sub = self._subscription(init.subscription)
         part = self._partition(sub.proto.topic, init.partition)
+        if init.partition in sub.unseen_seeks:
+            sub.unseen_seeks.discard(init.partition)
+            if init.initial_location.WhichOneof("target") == "cursor":
+                # Resuming where it stopped would skip the seek: the client must first flush its
+                # pre-seek commits (ignored) and come back from the committed cursor.
+                sub.stale_commits.add(init.partition)
+                await self._abort_reset(context)
         # A new stream after a seek means the client flushed its pre-seek commits.
         sub.stale_commits.discard(init.partition)
         start = self._resolve_seek(part, sub, init.partition, init.initial_location)
