@@ -32,7 +32,7 @@ from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io.pubsub.leases import LeaseExtender, ack
 from pubsub_connect.io.pubsub.subscriber import PulledMessage, StreamingPuller, pull_batch, subscriber_client
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_source.batch import to_kafka_outbox
+from pubsub_connect.model.cps_source.batch import KafkaOutboxConversion
 from pubsub_connect.model.cps_source.reference import check_value_converter
 from pubsub_connect.model.cps_source.settings import CpsSourceSettings, UnsupportedConverterError
 from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
@@ -276,7 +276,7 @@ OUTBOX_COLUMNS = tuple(field.name for field in KAFKA_OUTBOX.fields)
 
 
 def kafka_dead_letters(converted: DataFrame) -> DataFrame:
-    """The dead-letter rows of ``to_kafka_outbox(..., with_message=True)``'s rows (the outbox
+    """The dead-letter rows of a ``KafkaOutboxConversion(..., with_message=True)``'s rows (the outbox
     rows are the others, :data:`OUTBOX_COLUMNS` of them)."""
     return (converted.filter(F.col("error_class").isNotNull())
             .select(F.lit("convert").alias("stage"), "message_id", "subscription",
@@ -306,6 +306,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     ctx.store.ensure(outbox, KAFKA_OUTBOX)
     ctx.store.ensure(dlq, PUBSUB_DLQ)
     outbox_rows = OutboxRowCount(ctx.store, outbox)
+    conversion = KafkaOutboxConversion(settings, with_message=True)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()  # read by the look-up's time bounds, then by the conversion
@@ -314,7 +315,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
             fresh = batch.join(seen, "message_id", "left_anti")
             # the rows carry what the outbox and the dead letters need of the message, so
             # nothing joins back to the input; one job converts, appends and counts
-            converted = to_kafka_outbox(fresh, settings, outbox_rows.current(), with_message=True)
+            converted = conversion.apply(fresh, outbox_rows.current())
             append_converted(ctx, config, outbox_rows.append_batch, dlq, converted, kafka_dead_letters(converted),
                              batch_id, OUTBOX_COLUMNS, F.lit(True))
         finally:

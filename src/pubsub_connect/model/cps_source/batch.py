@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, Schema
@@ -82,17 +82,24 @@ def deduplicate_messages(bronze_df: DataFrame) -> DataFrame:
     Pub/Sub delivers at least once; two deliveries of one message carry the same content, so
     which copy wins only matters for determinism.
     """
+    return _deduplication()(bronze_df)
+
+
+def _deduplication() -> Callable[[DataFrame], DataFrame]:
+    """:func:`deduplicate_messages` with its expressions built once."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     window = Window.partitionBy("message_id").orderBy(
         F.col("ingest_time").asc_nulls_last(), F.col("delivery_attempt").asc_nulls_last()
     )
-    return (
-        bronze_df.withColumn("_dedupe_rank", F.row_number().over(window))
-        .where(F.col("_dedupe_rank") == 1)
-        .drop("_dedupe_rank")
-    )
+    rank = F.row_number().over(window).alias("_dedupe_rank")
+    everything, first = F.col("*"), F.col("_dedupe_rank") == 1
+
+    def apply(bronze_df: DataFrame) -> DataFrame:
+        return bronze_df.select(everything, rank).where(first).drop("_dedupe_rank")
+
+    return apply
 
 
 def _append_data_hash(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -254,8 +261,13 @@ def _staged_input() -> StructType:
     ])
 
 
-def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
-    """Rows of unique messages with every output column computed except the round-robin partition.
+def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
+    """Rows of unique messages → the same rows with every output column computed except the
+    round-robin partition.
+
+    The column expressions are built here once and the returned function only selects them: a
+    convert stage applies them to every micro-batch, and building them costs some two thousand
+    Py4J calls (about a quarter of a second) each time.
 
     Helper columns: ``_rr`` (row takes the round-robin counter), ``_publish_ms`` and
     ``message_id`` (its order), ``_partition_fixed`` (partition of the other schemes), and
@@ -267,7 +279,7 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
 
     s = settings
     struct_mode = not s.kafka_record_headers
-    df = messages.select(
+    first = [
         F.col("message_id"),
         F.col("publish_time").alias("_publish_time"),
         F.col("attributes").alias("_attributes"),
@@ -276,13 +288,9 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         F.coalesce(F.col("attributes"), F.create_map().cast(ATTRIBUTES_TYPE)).alias("_attrs"),
         F.coalesce(F.col("ordering_key"), F.lit("")).alias("_ok"),
         F.unix_millis(F.col("publish_time")).alias("_publish_ms"),
-    )
-    if s.partition_scheme == HASH_VALUE:
-        from pubsub_connect.model.frames import map_in_arrow
-
-        input_schema = _staged_input()
-        with_hash = StructType([*input_schema.fields, StructField("_data_hash", IntegerType(), nullable=False)])
-        df = map_in_arrow(df, _append_data_hash, with_hash, input_schema)
+    ]
+    input_schema = _staged_input()
+    with_hash = StructType([*input_schema.fields, StructField("_data_hash", IntegerType(), nullable=False)])
     data, attrs, ok = F.col("_data"), F.col("_attrs"), F.col("_ok")
 
     # Computed in stages so that the expensive array expressions are materialised once per row
@@ -304,13 +312,12 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     if s.kafka_key_attribute is not None:
         key_attribute = s.kafka_key_attribute
         entries = F.filter(entries, lambda e: e["key"] != F.lit(key_attribute))
-    df = df.select(
-        "*",
+    keyed = [
         key.alias("_key"),
         parsed_ts.alias("_parsed_ts"),
         (F.lit(s.make_ordering_key_attribute) & (ok != F.lit(""))).alias("_made"),
         entries.alias("_entries"),
-    )
+    ]
 
     parsed, made, entries = F.col("_parsed_ts"), F.col("_made"), F.col("_entries")
     standard = sorted(s.standard_attributes)
@@ -319,12 +326,11 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         made & F.exists(entries, lambda e: e["key"] == F.lit(ORDERING_KEY_ATTRIBUTE)),
         F.lit(ORDERING_KEY_ATTRIBUTE),
     )
-    df = df.select(
-        "*",
+    checked = [
         custom.alias("_custom"),
         (parsed.isNotNull() & ((parsed < NO_TIMESTAMP) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
         (clash if struct_mode else F.lit(None).cast("string")).alias("_clash"),
-    )
+    ]
 
     bad_ts, duplicate, clash = (
         F.col("_bad_ts"),
@@ -345,12 +351,11 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         .when(duplicate, F.concat(F.lit(dup_parts[0]), clash, F.lit(dup_parts[1]), clash, F.lit(dup_parts[2])))
         .when(bad_key, F.lit(key_converter_message(s.key_converter)))
     )
-    df = df.select(
-        "*",
+    classified = [
         F.when(parsed != F.lit(NO_TIMESTAMP), parsed).when(parsed.isNull(), F.col("_publish_ms")).alias("_ts_ms"),
         error_class.alias("error_class"),
         error_message.alias("error_message"),
-    )
+    ]
     ok_error = F.col("error_class").isNull()
 
 
@@ -390,7 +395,7 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
     else:
         rr = F.lit(False)
 
-    return df.select(
+    final = [
         # Dead-letter rows keep the key's UTF-8 and the raw data, whatever the converters.
         F.when(ok_error, key_col(F.col("_key"), s)).otherwise(F.encode(F.col("_key"), "UTF-8")).alias("key"),
         F.when(ok_error, value).otherwise(data).alias("value"),
@@ -405,11 +410,32 @@ def _staged(messages: DataFrame, settings: CpsSourceSettings) -> DataFrame:
         F.col("_publish_time"),
         F.col("_attributes"),
         F.col("_subscription"),
-    )
+    ]
+    hash_value = s.partition_scheme == HASH_VALUE
+    everything = F.col("*")
+
+    def apply(messages: DataFrame) -> DataFrame:
+        df = messages.select(*first)
+        if hash_value:
+            from pubsub_connect.model.frames import map_in_arrow
+
+            df = map_in_arrow(df, _append_data_hash, with_hash, input_schema)
+        for added in (keyed, checked, classified):
+            df = df.select(everything, *added)
+        return df.select(*final)
+
+    return apply
 
 
 def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int = 0, *,
                     with_message: bool = False) -> DataFrame:
+    """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``:
+    :class:`KafkaOutboxConversion` applied once (a stage builds that once and applies it to
+    every micro-batch)."""
+    return KafkaOutboxConversion(settings, with_message=with_message).apply(bronze_df, start_counter)
+
+
+class KafkaOutboxConversion:
     """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``.
 
     ``with_message`` adds :func:`_message_columns`, so that a stage joins nothing back to its input.
@@ -417,9 +443,9 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
     Pure Spark expressions (JsonConverter envelopes included: Spark's ``to_json`` escapes strings
     like Kafka's Jackson), except ``hash_value``, which appends ``Arrays.hashCode`` of the data in
     one vectorised Arrow/numpy pass per batch (``mapInArrow``; the package must be importable on
-    workers).
+    workers). The expressions are built when the conversion is, for every :meth:`apply`.
 
-    ``bronze_df`` must be a static DataFrame (window functions): in a streaming query call this on
+    The input must be a static DataFrame (window functions): in a streaming query apply this to
     the micro-batch inside ``foreachBatch``. De-duplication is within the batch only; a message
     redelivered in a later batch (crash between the bronze commit and the ack) must be filtered
     by the caller, e.g. with an anti-join on the outbox's ``message_id``.
@@ -430,23 +456,38 @@ def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_cou
     Raises :class:`UnsupportedConverterError` for a converter that cannot write the struct values
     (see :func:`check_value_converter`).
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    check_value_converter(settings)
-    staged = _staged(deduplicate_messages(bronze_df), settings)
-    partition = F.col("_partition_fixed")
-    if settings.partition_scheme in (ROUND_ROBIN, ORDERING_KEY):
-        # A global order needs one partition: every row passes through one task here. Joining back
-        # slots computed on (message_id, publish ms) alone was measured slower (second scan and
-        # de-duplication of the input, plus the join) for 1 KB messages.
-        count = settings.partition_count
-        order = Window.partitionBy("_rr").orderBy(
-            F.col("_publish_ms").asc_nulls_first(), F.col("message_id").asc_nulls_first()
-        )
-        slot = F.pmod(F.lit(start_counter % count) + F.row_number().over(order) - 1, F.lit(count))
-        partition = F.when(F.col("_rr"), slot).otherwise(partition)
-    return staged.select(*_outbox_columns(partition), *(_message_columns() if with_message else []))
+    def __init__(self, settings: CpsSourceSettings, *, with_message: bool = False):
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        check_value_converter(settings)
+        self._deduplicate = _deduplication()
+        self._staged = _staged(settings)
+        self._count = settings.partition_count
+        self._slot: Column | None = None
+        if settings.partition_scheme in (ROUND_ROBIN, ORDERING_KEY):
+            # A global order needs one partition: every row passes through one task here. Joining
+            # back slots computed on (message_id, publish ms) alone was measured slower (second scan
+            # and de-duplication of the input, plus the join) for 1 KB messages.
+            order = Window.partitionBy("_rr").orderBy(
+                F.col("_publish_ms").asc_nulls_first(), F.col("message_id").asc_nulls_first()
+            )
+            self._slot = F.row_number().over(order) - 1
+        self._fixed = F.col("_partition_fixed")
+        self._taker = F.col("_rr")
+        self._extra = _message_columns() if with_message else []
+
+    def apply(self, bronze_df: DataFrame, start_counter: int = 0) -> DataFrame:
+        """The outbox rows of ``bronze_df``, the round-robin counter starting at ``start_counter``."""
+        from pyspark.sql import functions as F
+
+        partition = self._fixed
+        if self._slot is not None:
+            slot = F.pmod(self._slot + F.lit(start_counter % self._count), F.lit(self._count))
+            partition = F.when(self._taker, slot).otherwise(partition)
+        staged = self._staged(self._deduplicate(bronze_df))
+        return staged.select(*_outbox_columns(partition), *self._extra)
 
 
 def _outbox_columns(partition: Column) -> list[Any]:
@@ -484,7 +525,7 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     from pyspark.sql import functions as F
 
     check_value_converter(settings)
-    staged = _staged(messages, settings)
+    staged = _staged(settings)(messages)
     spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
     partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))
     return staged.select(*_outbox_columns(partition), *_message_columns())
