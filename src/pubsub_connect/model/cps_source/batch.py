@@ -1,5 +1,11 @@
 """Cloud Pub/Sub bronze → Kafka outbox as Spark column expressions: what the convert stage runs
 (behaviour and batch specifics: see the package docstring).
+
+Why one module of this length: it is one contract, the reference's rules as expressions, built
+together by :class:`KafkaOutboxConversion` once per stage start. The expression helpers (Java's
+hashes, Jackson's JSON text, the converters' envelopes) serve only these staged selects, and the
+stages depend on each other's helper columns, so a split would separate a column from the select
+that reads it.
 """
 
 from __future__ import annotations
