@@ -331,6 +331,21 @@ def test_redelivered_message_yields_one_record(spark: Any, corpus: list[dict[str
         assert [r.value for r in collect(to_kafka_outbox(bronze_df(spark, order), settings))] == [b"early"]
 
 
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_one_conversion_applied_batch_after_batch_equals_the_reference(
+    spark: Any, corpus: list[dict[str, Any]], name: str
+) -> None:
+    """The convert stage builds one conversion and applies it to every micro-batch, each with its
+    own round-robin start: every application must be exactly the reference for its batch."""
+    from pubsub_connect.model.cps_source.batch import KafkaOutboxConversion
+
+    settings, start = SETTINGS[name]
+    conversion = KafkaOutboxConversion(settings)
+    half = len(corpus) // 2
+    for batch, counter in ((corpus[:half], start), (corpus[half:], start + half), (corpus, start + 1)):
+        assert collect(conversion.apply(bronze_df(spark, batch), counter)) == expected(batch, settings, counter)
+
+
 def test_replayed_batch_gets_identical_partitions(spark: Any, corpus: list[dict[str, Any]]) -> None:
     settings = CpsSourceSettings(partition_count=4)
     first = collect(to_kafka_outbox(bronze_df(spark, corpus), settings, start_counter=3))
