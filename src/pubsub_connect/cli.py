@@ -95,8 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     quick.add_argument("--records", type=int, default=1000, help="how many sample records to produce")
 
     jars = sub.add_parser("jars", help="fetch the JVM artifacts (Spark's Kafka connector, Delta Lake, the local "
-                                       "Kafka broker) into the cache, for offline use later")
-    jars.add_argument("--offline", action="store_true", help="only check the cache; download nothing")
+                                       "Kafka broker) into the cache, for offline use later, and build the local Spark "
+                                       "driver's class-data archive (quicker starts)")
+    jars.add_argument("--offline", action="store_true", help="only check the cache; download and build nothing")
 
     archive = sub.add_parser("archive", help="tools for Block-GZIP archives")
     archive_sub = archive.add_subparsers(dest="archive_command", required=True)
@@ -281,13 +282,20 @@ def _print_services(running: dict[str, RunningService]) -> None:
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
-    from pubsub_connect.io import artifacts
+    from pubsub_connect.io import artifacts, class_data_archive
     from pubsub_connect.io.spark import spark_connectors
 
-    for artifact_set in (spark_connectors(), *JVM_ARTIFACTS):
+    engine = spark_connectors()
+    driver_jars: list[str] = []
+    for artifact_set in (engine, *JVM_ARTIFACTS):
         jars = artifacts.resolve(artifact_set, offline=args.offline)
         print(f"{artifact_set.name}: {len(jars)} jars ({', '.join(str(c) for c in artifact_set.coordinates)})")
+        if artifact_set is engine:
+            driver_jars = [str(jar) for jar in jars]  # what a local session puts in spark.jars
     print(f"cache: {artifacts.cache_dir()}")
+    if not args.offline:
+        archive = class_data_archive.ensure_built(driver_jars, report=print)
+        print(f"class-data archive: {archive}" if archive else "class-data archive: none (no native engine)")
     return 0
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.io import artifacts
+from pubsub_connect.io import artifacts, class_data_archive
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -278,6 +278,9 @@ def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pub
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = local_connector_conf({**LOCAL_DEFAULTS, **conf}, kafka_impl, table_impl)
     _add_java_option(conf, "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOCAL_LOG4J2}")
+    sharing = class_data_archive.driver_options(conf)  # once `pubsub-connect jars` has built it
+    if sharing:
+        conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {sharing}"
     builder = SparkSession.builder.appName(app_name).master(master or conf.pop("spark.master", "local[*]"))
     for key, value in conf.items():
         builder = builder.config(key, value)

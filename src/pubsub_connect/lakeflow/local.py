@@ -63,6 +63,7 @@ def pipeline_spark_conf(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -
     """The static settings of the pipeline's Spark: the local defaults and the worker's
     ``spark.*`` keys, Spark's Kafka connector and Delta Lake (required: a declarative pipeline
     has no fallback), Delta as the default table format, and a Hive metastore of its own."""
+    from pubsub_connect.io import class_data_archive
     from pubsub_connect.io.spark import LOCAL_DEFAULTS, LOCAL_LOG4J2, local_connector_conf
 
     root = pipeline_root(worker, config.name)
@@ -76,6 +77,9 @@ def pipeline_spark_conf(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -
     options = conf.get("spark.driver.extraJavaOptions", "")
     conf["spark.driver.extraJavaOptions"] = " ".join(
         [options, f"-Dlog4j2.configurationFile={LOCAL_LOG4J2}", f"-Dderby.system.home={root}"]).strip()
+    sharing = class_data_archive.driver_options(conf)  # the same classpath as a local session's
+    if sharing:
+        conf["spark.driver.extraJavaOptions"] += f" {sharing}"
     return conf
 
 
