@@ -294,8 +294,12 @@ def cmd_jars(args: argparse.Namespace) -> int:
             driver_jars = [str(jar) for jar in jars]  # what a local session puts in spark.jars
     print(f"cache: {artifacts.cache_dir()}")
     if not args.offline:
-        archive = class_data_archive.ensure_built(driver_jars, report=print)
-        print(f"class-data archive: {archive}" if archive else "class-data archive: none (no native engine)")
+        try:
+            archive = class_data_archive.ensure_built(driver_jars, report=print)
+        except RuntimeError as exc:  # it only saves start-up time: sessions start without it
+            print(f"{exc}; local sessions start without it")
+        else:
+            print(f"class-data archive: {archive}" if archive else "class-data archive: none (no native engine)")
     return 0
 
 

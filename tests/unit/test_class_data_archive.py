@@ -101,3 +101,24 @@ def test_leftovers_of_dead_builds_and_long_unused_archives_are_removed(archives:
     archive._remove_leftovers(archives, keep)
 
     assert sorted(p.name for p in archives.iterdir()) == sorted([keep.name, recent.name, building.name])
+
+
+def test_jars_reports_a_failed_build_in_one_line_and_still_succeeds(monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]):
+    from pubsub_connect import cli
+    from pubsub_connect.io import artifacts
+
+    monkeypatch.setattr(artifacts, "resolve", lambda artifact_set, **_: [Path(f"/cache/{artifact_set.name}.jar")])
+    built_for: list[list[str]] = []
+
+    def fail(jars: list[str], report) -> None:
+        built_for.append(list(jars))
+        raise RuntimeError("class-data archive: the write step failed (exit 1): no space left on device")
+
+    monkeypatch.setattr(archive, "ensure_built", fail)
+
+    assert cli.main(["jars"]) == 0
+    assert built_for == [["/cache/spark-kafka-delta.jar"]]  # the engine's jars, not the broker's
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "class-data archive: the write step failed (exit 1): no space left on device; "
+        "local sessions start without it")
