@@ -283,17 +283,14 @@ def _print_services(running: dict[str, RunningService]) -> None:
 
 def cmd_jars(args: argparse.Namespace) -> int:
     from pubsub_connect.io import artifacts, class_data_archive
-    from pubsub_connect.io.spark import spark_connectors
+    from pubsub_connect.io.spark import local_connector_conf, spark_connectors
 
-    engine = spark_connectors()
-    driver_jars: list[str] = []
-    for artifact_set in (engine, *JVM_ARTIFACTS):
+    for artifact_set in (spark_connectors(), *JVM_ARTIFACTS):
         jars = artifacts.resolve(artifact_set, offline=args.offline)
         print(f"{artifact_set.name}: {len(jars)} jars ({', '.join(str(c) for c in artifact_set.coordinates)})")
-        if artifact_set is engine:
-            driver_jars = [str(jar) for jar in jars]  # what a local session puts in spark.jars
     print(f"cache: {artifacts.cache_dir()}")
     if not args.offline:
+        driver_jars = [j for j in local_connector_conf({}).get("spark.jars", "").split(",") if j]  # as a session's
         try:
             archive = class_data_archive.ensure_built(driver_jars, report=print)
         except RuntimeError as exc:  # it only saves start-up time: sessions start without it

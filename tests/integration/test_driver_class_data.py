@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -36,16 +38,49 @@ def _mapped_by_a_new_driver(folder: Path) -> str:
     return next(line for line in result.stdout.splitlines() if line.startswith("mapped:"))
 
 
-def test_built_once_then_mapped_by_every_driver_of_that_classpath(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(archive, "archive_dir", lambda: tmp_path)
-    assert _mapped_by_a_new_driver(tmp_path) == "mapped: "  # nothing built yet
+@dataclass(frozen=True)
+class Build:
+    """One real build, shared by the tests of this module (a build takes about a minute)."""
 
-    jars = local_connector_conf({}).get("spark.jars", "").split(",")
-    lines: list[str] = []
-    built = archive.ensure_built(jars, report=lines.append)
+    folder: Path
+    jars: list[str]
+    mapped_before: str
+    lines: list[str]
+    archive: Path | None
 
-    assert built is not None and built.parent == tmp_path and built.stat().st_size > 10 * 2**20
-    assert [p.name for p in tmp_path.iterdir()] == [built.name]  # no temporary file left behind
-    assert lines[0].startswith("building the local Spark driver's class-data archive")
-    assert archive.ensure_built(jars, report=lines.append) == built and len(lines) == 2  # up to date: not built again
-    assert _mapped_by_a_new_driver(tmp_path) == f"mapped: {built.name}"
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Build]:
+    folder = tmp_path_factory.mktemp("class-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(archive, "archive_dir", lambda: folder)
+        mapped_before = _mapped_by_a_new_driver(folder)
+        jars = local_connector_conf({}).get("spark.jars", "").split(",")
+        lines: list[str] = []
+        yield Build(folder, jars, mapped_before, lines, archive.ensure_built(jars, report=lines.append))
+
+
+def test_built_once_then_mapped_by_every_driver_of_that_classpath(build: Build):
+    assert build.mapped_before == "mapped: "  # nothing built yet
+    built = build.archive
+
+    assert built is not None and built.parent == build.folder and built.stat().st_size > 10 * 2**20
+    assert [p.name for p in build.folder.iterdir()] == [built.name]  # no temporary file left behind
+    assert build.lines[0].startswith("building the local Spark driver's class-data archive")
+    assert archive.ensure_built(build.jars, report=build.lines.append) == built  # up to date:
+    assert len(build.lines) == 2  # not built again
+    assert _mapped_by_a_new_driver(build.folder) == f"mapped: {built.name}"
+
+
+def test_a_truncated_archive_is_refused_before_it_could_be_put_in_place(build: Build, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch):
+    """The JVM crashes on a half-written archive, so the verify step must refuse one, leaving its
+    crash report in its scratch directory, not in the working directory."""
+    assert build.archive is not None
+    truncated = tmp_path / "truncated.jsa"
+    truncated.write_bytes(build.archive.read_bytes()[: 2**20])
+    monkeypatch.chdir(tmp_path)
+
+    with pytest.raises(RuntimeError, match=r"^class-data archive: the verify step failed \(exit -?\d+\)"):
+        archive._run_child("verify", truncated)
+    assert [p.name for p in tmp_path.iterdir()] == ["truncated.jsa"]

@@ -54,7 +54,7 @@ def test_the_fingerprint_follows_every_jar_and_the_java_runtime(jars: list[Path]
     assert archive.fingerprint([*names, str(tmp_path / "gone.jar")], java) is None
 
 
-def test_a_built_archive_is_mapped_and_the_jvm_kept_quiet_about_it(archives: Path, jars: list[Path]):
+def test_a_built_archive_is_added_to_the_driver_options_with_the_jvm_kept_quiet(archives: Path, jars: list[Path]):
     conf = {"spark.jars": ",".join(str(j) for j in jars), "spark.driver.extraJavaOptions": "-Dx=1"}
     assert archive.driver_options(conf) is None  # not built yet
 
@@ -63,6 +63,8 @@ def test_a_built_archive_is_mapped_and_the_jvm_kept_quiet_about_it(archives: Pat
     path.write_bytes(b"archive")
 
     assert archive.driver_options(conf) == f"-XX:SharedArchiveFile={path} -Xlog:cds*=off"
+    archive.add_driver_options(conf)
+    assert conf["spark.driver.extraJavaOptions"] == f"-Dx=1 -XX:SharedArchiveFile={path} -Xlog:cds*=off"
     other_classpath = {**conf, "spark.jars": str(jars[0])}
     assert archive.driver_options(other_classpath) is None
 
@@ -108,7 +110,7 @@ def test_jars_reports_a_failed_build_in_one_line_and_still_succeeds(monkeypatch:
     from pubsub_connect import cli
     from pubsub_connect.io import artifacts
 
-    monkeypatch.setattr(artifacts, "resolve", lambda artifact_set, **_: [Path(f"/cache/{artifact_set.name}.jar")])
+    monkeypatch.setattr(artifacts, "resolve", lambda artifact_set, *_, **__: [Path(f"/cache/{artifact_set.name}.jar")])
     built_for: list[list[str]] = []
 
     def fail(jars: list[str], report) -> None:

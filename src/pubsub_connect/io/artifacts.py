@@ -102,7 +102,8 @@ def _ivy_jar() -> Path:
     return jars[-1]
 
 
-def _java() -> str:
+def java_command() -> str:
+    """The ``java`` that ``spark-submit`` starts too: ``$JAVA_HOME/bin/java``, else the one on PATH."""
     java_home = os.environ.get("JAVA_HOME")
     return str(Path(java_home) / "bin" / "java") if java_home else "java"
 
@@ -276,7 +277,7 @@ def _download(artifacts: ArtifactSet, repositories: Sequence[str], report: Calla
     settings.write_text(_ivy_settings(root / "ivy", repositories))
     module.write_text(_ivy_module(artifacts))
     classpath_file.unlink(missing_ok=True)
-    command = [_java(), "-cp", str(_ivy_jar()), "org.apache.ivy.Main", "-settings", str(settings),
+    command = [java_command(), "-cp", str(_ivy_jar()), "org.apache.ivy.Main", "-settings", str(settings),
                "-ivy", str(module), "-confs", "default", "-cachepath", str(classpath_file)]
     log.info("resolving %s: %s", artifacts.name, ", ".join(str(c) for c in artifacts.coordinates))
     try:

@@ -56,10 +56,9 @@ def archive_dir() -> Path:
 
 
 def _java_executable() -> Path | None:
-    """The ``java`` that ``spark-submit`` starts: ``$JAVA_HOME/bin/java``, else the one on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    found = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    return Path(found).resolve() if found and Path(found).exists() else None
+    """The driver's ``java`` as a file (symlinks resolved, so that a JDK update changes it)."""
+    found = shutil.which(artifacts.java_command())
+    return Path(found).resolve() if found else None
 
 
 def _classpath_jars(extra_jars: Iterable[str]) -> list[Path]:
@@ -100,6 +99,13 @@ def driver_options(conf: dict[str, str]) -> str | None:
     if path is None or not path.is_file():
         return None
     return f"-XX:SharedArchiveFile={path} {QUIET}"
+
+
+def add_driver_options(conf: dict[str, str]) -> None:
+    """Add :func:`driver_options` to ``conf``'s driver JVM options, when there is an archive."""
+    sharing = driver_options(conf)
+    if sharing:
+        conf["spark.driver.extraJavaOptions"] = f"{conf.get('spark.driver.extraJavaOptions', '')} {sharing}".strip()
 
 
 # --------------------------------------------------------------------------------------------
@@ -152,6 +158,8 @@ def _run_child(step: str, archive: Path) -> None:
     """Run one step of :data:`TRAINING_MODULE` in a fresh interpreter, in a scratch directory, so
     that a JVM that dies leaves its crash report there and not here."""
     with tempfile.TemporaryDirectory(prefix="pubsub-connect-class-data-") as scratch:
+        # the options meant for other drivers (the tests' C1-only compilation, a user's own sharing
+        # settings) are not the archive's
         env = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}
         try:
             result = subprocess.run([sys.executable, "-m", TRAINING_MODULE, step, str(archive), scratch],

@@ -278,9 +278,7 @@ def build_session(spark_conf: dict[str, str] | None = None, app_name: str = "pub
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     conf = local_connector_conf({**LOCAL_DEFAULTS, **conf}, kafka_impl, table_impl)
     _add_java_option(conf, "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOCAL_LOG4J2}")
-    sharing = class_data_archive.driver_options(conf)  # once `pubsub-connect jars` has built it
-    if sharing:
-        conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {sharing}"
+    class_data_archive.add_driver_options(conf)  # once `pubsub-connect jars` has built it
     builder = SparkSession.builder.appName(app_name).master(master or conf.pop("spark.master", "local[*]"))
     for key, value in conf.items():
         builder = builder.config(key, value)

@@ -77,9 +77,7 @@ def pipeline_spark_conf(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -
     options = conf.get("spark.driver.extraJavaOptions", "")
     conf["spark.driver.extraJavaOptions"] = " ".join(
         [options, f"-Dlog4j2.configurationFile={LOCAL_LOG4J2}", f"-Dderby.system.home={root}"]).strip()
-    sharing = class_data_archive.driver_options(conf)  # the same classpath as a local session's
-    if sharing:
-        conf["spark.driver.extraJavaOptions"] += f" {sharing}"
+    class_data_archive.add_driver_options(conf)  # the same classpath as a local session's
     return conf
 
 
