@@ -254,3 +254,36 @@ def test_a_batch_following_the_stores_own_is_not_checked_and_a_concurrent_replay
     assert DeltaTable(first.path(ref)).version() == version
     assert sorted(r.seq for r in first.read(ref).collect()) == [0, 1, 2, 3, 4, 5]
     assert _log_transactions(spark, first.path(ref)) == {"follow/ingest": 2}
+
+
+def test_a_table_the_store_created_is_known_empty_until_its_first_append(
+        spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new connector's first run: the table the store has just created holds no batch, so its
+    first append looks up no marks and its row count needs no read; the append still carries
+    Delta's transaction id. A store that found the table existing looks as before, and after the
+    creator's own append its counts are read again."""
+    creator = _native_store(spark, tmp_path)
+    ref = TableRef("outbox", "created")
+    looked: list[str] = []
+    committed_version, count = SparkDeltaTableStore.committed_version, SparkDeltaTableStore.count
+
+    def counted_version(self: SparkDeltaTableStore, table: TableRef, app_id: str) -> int | None:
+        looked.append("marks")
+        return committed_version(self, table, app_id)
+
+    def counted_rows(self: SparkDeltaTableStore, table: TableRef) -> int:
+        looked.append("rows")
+        return count(self, table)
+
+    monkeypatch.setattr(SparkDeltaTableStore, "committed_version", counted_version)
+    monkeypatch.setattr(SparkDeltaTableStore, "count", counted_rows)
+    creator.ensure(ref, SCHEMA)
+    other = _native_store(spark, tmp_path)
+    other.ensure(ref, SCHEMA)  # exists: this store did not create it
+    assert creator.row_count(ref) == 0 and looked == []
+    assert creator.append_batch(ref, spark.createDataFrame(_rows(0, 3), SCHEMA), "created/convert@q1", 0) is True
+    assert looked == []
+    assert _log_transactions(spark, creator.path(ref)) == {"created/convert@q1": 0}
+    assert creator.row_count(ref) == 3 and looked == ["rows"]
+    assert other.append_batch(ref, spark.createDataFrame(_rows(9, 3), SCHEMA), "created/convert@q1", 0) is False
+    assert other.row_count(ref) == 3 and looked == ["rows", "marks", "rows"]

@@ -256,6 +256,10 @@ class SparkDeltaTableStore(TableStore):
         self.schema = schema
         #: ``(table path, app id)`` → the batch id this store last appended for it (see append_batch)
         self._appended: dict[tuple[str, str], int] = {}
+        #: Paths of the tables this store created and has not appended to since: they hold no
+        #: batch, so their marks and their row count need no reading (a new connector's first run,
+        #: where each look-up is a Delta log read of about a second in a cold driver).
+        self._created_empty: set[str] = set()
 
     def table_name(self, table: TableRef) -> str | None:
         if not (self.catalog and self.schema):
@@ -278,8 +282,9 @@ class SparkDeltaTableStore(TableStore):
         from delta.tables import DeltaTable
 
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
-        # from the data its stages append
-        builder = DeltaTable.createIfNotExists(self.spark).addColumns(schema)
+        # from the data its stages append. ``create``, not ``createIfNotExists``: it fails when the
+        # table exists, so a success means this store made it, empty.
+        builder = DeltaTable.create(self.spark).addColumns(schema)
         for key, value in created_table_properties(properties).items():
             builder = builder.property(key, value)
         name = self.table_name(table)
@@ -289,6 +294,8 @@ class SparkDeltaTableStore(TableStore):
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
                 raise RuntimeError(f"cannot create table {name or self.path(table)}: {exc}") from exc
+            return
+        self._created_empty.add(self.path(table))
 
     def location(self, table: TableRef) -> str:
         """Where the table's files (and ``_delta_log``) are: its path, or a catalog table's location."""
@@ -342,7 +349,7 @@ class SparkDeltaTableStore(TableStore):
         first_after_start = self._appended.pop(key, None) != batch_id - 1
         options = {"userMetadata": batch_mark(app_id, batch_id)}
         if first_after_start:
-            committed = self.committed_version(table, app_id)
+            committed = None if self.path(table) in self._created_empty else self.committed_version(table, app_id)
             if committed is not None and committed >= batch_id:
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
                          app_id, committed)
@@ -356,7 +363,11 @@ class SparkDeltaTableStore(TableStore):
     def append_rows(self, table: TableRef, rows: object, schema: StructType) -> None:
         self._append(table, self.spark.createDataFrame(rows, schema))
 
+    def row_count(self, table: TableRef) -> int:
+        return 0 if self.path(table) in self._created_empty else super().row_count(table)
+
     def _append(self, table: TableRef, df: DataFrame, **options: str) -> None:
+        self._created_empty.discard(self.path(table))  # before the write: a failed one may have committed
         writer = df.write.format("delta").mode("append").option("mergeSchema", "false").options(**options)
         name = self.table_name(table)
         if name:
