@@ -265,17 +265,17 @@ def test_a_table_the_store_created_is_known_empty_until_its_first_append(
     creator = _native_store(spark, tmp_path)
     ref = TableRef("outbox", "created")
     looked: list[str] = []
-    committed_version, count = SparkDeltaTableStore.committed_version, SparkDeltaTableStore.count
+    newest_marks, count = SparkDeltaTableStore._newest_user_metadata, SparkDeltaTableStore.count
 
-    def counted_version(self: SparkDeltaTableStore, table: TableRef, app_id: str) -> int | None:
+    def counted_marks(self: SparkDeltaTableStore, table: TableRef, newest: int) -> list[str | None]:
         looked.append("marks")
-        return committed_version(self, table, app_id)
+        return newest_marks(self, table, newest)
 
     def counted_rows(self: SparkDeltaTableStore, table: TableRef) -> int:
         looked.append("rows")
         return count(self, table)
 
-    monkeypatch.setattr(SparkDeltaTableStore, "committed_version", counted_version)
+    monkeypatch.setattr(SparkDeltaTableStore, "_newest_user_metadata", counted_marks)
     monkeypatch.setattr(SparkDeltaTableStore, "count", counted_rows)
     creator.ensure(ref, SCHEMA)
     other = _native_store(spark, tmp_path)

@@ -308,11 +308,12 @@ class SparkDeltaTableStore(TableStore):
         """The batch id of ``app_id``'s newest marked append among the table's newest commits
         (:mod:`.batch_marks`); when the search stops without one, the version Delta recorded for
         ``app_id`` as a transaction id (``SetTransaction``, read from the table's current
-        snapshot), which is how batches were appended before marks existed.
+        snapshot), which is how batches were appended before marks existed. A table this store
+        created and has not appended to since holds no batch: nothing is read.
 
         ``DESCRIBE HISTORY`` cannot answer the second: open-source Delta does not record the txn
         ids of a WRITE in ``operationParameters``."""
-        if not self.exists(table):
+        if self.path(table) in self._created_empty or not self.exists(table):
             return None
         marked = last_marked_batch(lambda count: self._newest_user_metadata(table, count), app_id)
         if marked is not None:
@@ -349,7 +350,7 @@ class SparkDeltaTableStore(TableStore):
         first_after_start = self._appended.pop(key, None) != batch_id - 1
         options = {"userMetadata": batch_mark(app_id, batch_id)}
         if first_after_start:
-            committed = None if self.path(table) in self._created_empty else self.committed_version(table, app_id)
+            committed = self.committed_version(table, app_id)
             if committed is not None and committed >= batch_id:
                 log.info("%s: batch %d of %s already committed (at %d); skipped", self.path(table), batch_id,
                          app_id, committed)
