@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
 
@@ -23,6 +23,17 @@ def schema_of(columns: StructType, names: tuple[str, ...] | list[str]) -> Struct
     from pyspark.sql.types import StructType
 
     return StructType([columns[name] for name in names])
+
+
+def utf8_bytes(text: Column) -> Column:
+    """The UTF-8 bytes of a Spark string that is valid UTF-8 (text Spark wrote itself, from valid
+    strings, or passed through ``make_valid_utf8``).
+
+    Why a cast rather than ``encode(text, 'UTF-8')``: a Spark string is already its UTF-8 bytes, so
+    the cast copies them, where ``encode`` decodes them into a Java string and encodes that again,
+    about 1.6 times the CPU per 1 KB value. The two differ only on malformed bytes (which ``encode``
+    replaces with U+FFFD), so the argument must not hold any."""
+    return text.cast("binary")
 
 
 def map_in_arrow(frame: DataFrame, function: Callable[[Iterator[pa.RecordBatch]], Iterator[Any]],

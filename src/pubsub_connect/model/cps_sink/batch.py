@@ -33,6 +33,7 @@ from pubsub_connect.model.cps_sink.settings import (
     CpsSinkSettings,
     PubsubLimitError,
 )
+from pubsub_connect.model.frames import utf8_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -190,7 +191,7 @@ def _column_outbox(df: DataFrame, s: CpsSinkSettings, with_skipped_headers: bool
     # Number converters produce the same big-endian bytes they read: their body is the input
     # once its length is right.
     if s.value_converter == STRING_CONVERTER:
-        body = F.encode(F.make_valid_utf8(value.cast("string")), "UTF-8")
+        body = utf8_bytes(F.make_valid_utf8(value.cast("string")))
     elif s.value_converter == JSON_CONVERTER:  # schemaless, records whose compact text is exact
         body = F.coalesce(F.encode(col(_JSON_REWRITTEN), "UTF-8"), value)
     else:

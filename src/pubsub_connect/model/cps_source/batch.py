@@ -45,6 +45,7 @@ from pubsub_connect.model.cps_source.settings import (
     timestamp_error_message,
     unicode_digits,
 )
+from pubsub_connect.model.frames import utf8_bytes
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -171,8 +172,8 @@ def _json_envelope_col(schema: Schema, payload: Column, schemas: bool) -> Column
     from pyspark.sql import functions as F
 
     if not schemas:
-        return F.encode(payload, "UTF-8")
-    return F.encode(F.concat(F.lit(f'{{"schema":{schema_to_json(schema)},"payload":'), payload, F.lit("}")), "UTF-8")
+        return utf8_bytes(payload)
+    return utf8_bytes(F.concat(F.lit(f'{{"schema":{schema_to_json(schema)},"payload":'), payload, F.lit("}")))
 
 
 def key_col(key: Column, settings: CpsSourceSettings) -> Column:
@@ -184,7 +185,7 @@ def key_col(key: Column, settings: CpsSourceSettings) -> Column:
         # to_json of a one-element array is Jackson's text of the string (or ``null``) in brackets.
         payload = _jackson_escapes_col(_json_inner(F.to_json(F.array(key))))
         return _json_envelope_col(OPTIONAL_STRING, payload, settings.key_schemas_enable)
-    return F.encode(key, "UTF-8")
+    return utf8_bytes(key)
 
 
 def bytes_value_col(data: Column, settings: CpsSourceSettings) -> Column:
@@ -228,7 +229,7 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
     ).otherwise(F.lit(""))
     payload = F.concat(F.lit(f'{{"{MESSAGE_FIELD}":"'), b64, F.lit('"'), attributes, ordering, F.lit("}"))
     if not schemas:
-        return F.encode(payload, "UTF-8")
+        return utf8_bytes(payload)
     # to_json(names) is ["n1","n2",…]; wrap every string token into its field schema object.
     fields = F.when(
         has_attributes,
@@ -251,7 +252,7 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
         payload,
         F.lit("}"),
     )
-    return F.encode(envelope, "UTF-8")
+    return utf8_bytes(envelope)
 
 
 def _staged_input() -> StructType:
@@ -375,10 +376,10 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
         value = bytes_value_col(data, s)
         carried = F.transform(
             F.col("_entries"),
-            lambda e: F.struct(e["key"].alias("key"), F.encode(e["value"], "UTF-8").alias("value")),
+            lambda e: F.struct(e["key"].alias("key"), utf8_bytes(e["value"]).alias("value")),
         )
         ordering_header = F.array(
-            F.struct(F.lit(ORDERING_KEY_ATTRIBUTE).alias("key"), F.encode(ok, "UTF-8").alias("value"))
+            F.struct(F.lit(ORDERING_KEY_ATTRIBUTE).alias("key"), utf8_bytes(ok).alias("value"))
         )
         with_ok = F.when(F.col("_made"), F.concat(carried, ordering_header)).otherwise(carried)
         headers = F.when(F.col("_custom") & ok_error, with_ok.cast(HEADERS_TYPE)).otherwise(empty_headers)
@@ -403,7 +404,7 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
 
     final = [
         # Dead-letter rows keep the key's UTF-8 and the raw data, whatever the converters.
-        F.when(ok_error, key_col(F.col("_key"), s)).otherwise(F.encode(F.col("_key"), "UTF-8")).alias("key"),
+        F.when(ok_error, key_col(F.col("_key"), s)).otherwise(utf8_bytes(F.col("_key"))).alias("key"),
         F.when(ok_error, value).otherwise(data).alias("value"),
         headers.alias("headers"),
         F.when(ok_error, fixed).cast("int").alias("_partition_fixed"),

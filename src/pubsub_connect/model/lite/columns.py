@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, STRING_CONVERTER
+from pubsub_connect.model.frames import utf8_bytes
 from pubsub_connect.model.lite.encoding import LiteEncodingError
 from pubsub_connect.model.lite.sink import (
     KAFKA_EVENT_TIME_TYPE_ATTRIBUTE,
@@ -46,7 +47,7 @@ def _encoded(column: Column, converter: str) -> Column:
     text re-encoded (so malformed UTF-8 becomes U+FFFD, as Connect decodes it)."""
     from pyspark.sql import functions as F
 
-    body = F.encode(F.make_valid_utf8(column.cast("string")), "UTF-8") if converter == STRING_CONVERTER else column
+    body = utf8_bytes(F.make_valid_utf8(column.cast("string"))) if converter == STRING_CONVERTER else column
     return F.coalesce(body, F.expr("X''"))
 
 
@@ -58,9 +59,6 @@ def converted_columns(bronze_df: DataFrame, key_converter: str, value_converter:
 
     col = F.col
     empty = F.create_map().cast(_ATTRIBUTES)
-
-    def utf8(text: Column) -> Column:
-        return F.encode(text, "UTF-8")
 
     ms = F.unix_millis(col("timestamp"))
     has_time = ms.isNotNull() & (ms >= 0)
@@ -74,10 +72,10 @@ def converted_columns(bronze_df: DataFrame, key_converter: str, value_converter:
     )
     # Attribute order as Google's sink builds its multimap: headers (grouped under a name's first
     # occurrence), then topic, partition, offset and the event-time type.
-    topic = (KAFKA_TOPIC_ATTRIBUTE, utf8(col("topic")))
-    partition_offset = [(KAFKA_PARTITION_ATTRIBUTE, utf8(col("partition").cast("string"))),
-                        (KAFKA_OFFSET_ATTRIBUTE, utf8(F.coalesce(col("offset"), F.lit(0)).cast("string")))]
-    time_type = (KAFKA_EVENT_TIME_TYPE_ATTRIBUTE, utf8(type_name))
+    topic = (KAFKA_TOPIC_ATTRIBUTE, utf8_bytes(col("topic")))
+    partition_offset = [(KAFKA_PARTITION_ATTRIBUTE, utf8_bytes(col("partition").cast("string"))),
+                        (KAFKA_OFFSET_ATTRIBUTE, utf8_bytes(F.coalesce(col("offset"), F.lit(0)).cast("string")))]
+    time_type = (KAFKA_EVENT_TIME_TYPE_ATTRIBUTE, utf8_bytes(type_name))
 
     def attribute_map(entries: list[tuple[str, Column]]) -> Column:
         return F.create_map(*[c for name, value in entries for c in (F.lit(name), F.array(value))])
