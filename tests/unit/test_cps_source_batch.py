@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from pubsub_connect.model.cps_source.batch import (
+    _base64_col,
     java_string_hash_col,
     partition_for_hash_col,
     to_kafka_outbox,
@@ -559,3 +560,25 @@ def test_streaming_conversion_equals_the_batch_one_but_for_round_robin(spark: An
     for message_id, r in extra.items():
         if r.error_class is not None:  # a dead letter keeps the data as received
             assert (None if r.data is None else bytes(r.data).hex()) == (raw[message_id] or ""), message_id
+
+
+@pytest.mark.parametrize("chunked", ["true", "false"])
+def test_base64_is_unchunked_whatever_the_session_setting(spark: Any, chunked: str) -> None:
+    """Kafka's JsonConverter writes bytes as one line of base64; Spark chunks it into lines of 76
+    characters unless ``spark.sql.chunkBase64String.enabled`` is off. Lengths around one line
+    (57 bytes) and several lines."""
+    import base64
+
+    from pyspark.sql import functions as F
+
+    values = [b"", b"\x00", bytes(range(56)), bytes(range(57)), bytes(range(58)), bytes(range(256)) * 4 + b"\xff"]
+    key = "spark.sql.chunkBase64String.enabled"
+    before = spark.conf.get(key)
+    spark.conf.set(key, chunked)
+    try:
+        rows = spark.createDataFrame([(v,) for v in values], "data binary").select(
+            _base64_col(F.col("data")).alias("b64"), F.base64(F.col("data")).alias("spark")).collect()
+    finally:
+        spark.conf.set(key, before)
+    assert [r["b64"] for r in rows] == [base64.b64encode(v).decode("ascii") for v in values]
+    assert any("\r\n" in r["spark"] for r in rows) == (chunked == "true")  # the setting took effect

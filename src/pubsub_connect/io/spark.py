@@ -52,6 +52,10 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # default, sized for clusters); each task code-generates the serializer of Delta's actions
     # first. On a local machine that made a small append cost ~4 s instead of ~1 s.
     "spark.databricks.delta.snapshotPartitions": "1",
+    # Unchunked base64, as Kafka's JsonConverter writes bytes: the Cloud Pub/Sub source's JSON
+    # values then need no CRLF removed. Its conversion is exact either way; with this, a message
+    # whose value is plain JSON converts about 1.25 times as fast per core.
+    "spark.sql.chunkBase64String.enabled": "false",
 }
 
 #: JVM loggers whose output the connector replaces with one line of its own: a failed task or
