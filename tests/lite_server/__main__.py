@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
+import threading
 from pathlib import Path
+
+from pubsub_connect.pipelines.runner.signals import install_stop_signals
 
 from .server import LiteServer
 
@@ -20,15 +22,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--cert-dir", type=Path, default=None)
     args = parser.parse_args(argv)
-    # Blocked before the server starts its threads, so every thread inherits the block and the
-    # signal stays pending until ``sigwait`` takes it: no handler runs, so none can deadlock on a
-    # lock the main thread holds at that moment, and a signal sent before the wait is not lost.
-    stop_signals = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    stopped = threading.Event()
+    install_stop_signals(stopped)  # the connector's own handling: a signal never deadlocks the wait
     with LiteServer(port=args.port, cert_dir=args.cert_dir) as server:
         print(json.dumps({"endpoint": server.endpoint, "port": server.port, "cert": str(server.cert_path)}),
               flush=True)
-        signal.sigwait(stop_signals)
+        stopped.wait()
     return 0
 
 
