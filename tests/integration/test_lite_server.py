@@ -9,6 +9,7 @@ from this process, which pass the certificate explicitly instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import signal
@@ -488,12 +489,15 @@ def test_errors_use_grpc_status_codes(lite: LiteServer, raw: Raw, tag: str) -> N
 def test_standalone_server_process(tmp_path: Path) -> None:
     """``python -m lite_server`` prints where it listens and exits cleanly on SIGTERM."""
     tests_dir = Path(__file__).resolve().parent.parent
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "lite_server", "--cert-dir", str(tmp_path)],
-        cwd=tests_dir,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    stderr_path = tmp_path / "stderr.txt"
+    with stderr_path.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lite_server", "--cert-dir", str(tmp_path)],
+            cwd=tests_dir,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
     try:
         assert proc.stdout is not None
         info = json.loads(proc.stdout.readline())
@@ -504,7 +508,16 @@ def test_standalone_server_process(tmp_path: Path) -> None:
             grpc.channel_ready_future(channel).result(timeout=10)  # the IP SAN is valid too
     finally:
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 0
+        try:
+            returncode = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # the server prints its threads' stacks, then is killed
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"the server did not stop on SIGTERM; its stderr:\n{stderr_path.read_text()}")
+    assert (returncode, stderr_path.read_text()) == (0, "")
 
 
 def test_model_round_trip_through_the_server(lite: LiteServer, tag: str) -> None:
