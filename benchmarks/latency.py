@@ -15,7 +15,11 @@ Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
    for a fixed time with the produce wall-clock time in a header (``headers.publish=true``
    turns it into an attribute); each message's latency is its receive time minus that stamp
    (same machine, same clock). Before timing, one record is sent through to warm everything up.
-   Reported: p50, p90, p99 and max in milliseconds, and how many arrived.
+   Reported: p50, p90, p99 and max in milliseconds, and how many arrived. The subscriber runs in
+   a child process of its own (``--receiver child``, the default): in this process its callbacks
+   (a thousand a second) would take the interpreter lock from the sink's driver, whose every
+   micro-batch makes many Py4J calls, and a user's subscriber does not share the connector's
+   process. ``--receiver in-process`` measures the old way, for comparison.
 
 The latency floor is the trigger interval (``pipeline.trigger.interval.ms``, default 1000 ms)
 times the three chained stages (ingest → convert → publish, each a micro-batch over Delta).
@@ -71,6 +75,73 @@ class Receiver(StreamingSubscriber):
     def count(self) -> int:
         with self.lock:
             return len(self.latencies_ms)
+
+
+class _SharingReceiver(Receiver):
+    """A :class:`Receiver` in the child process: it tells the parent of the first arrival and of
+    the count through shared memory, and keeps its samples until the parent asks for them."""
+
+    def __init__(self, subscription: str, first: Any, count: Any):
+        self._shared_first, self._shared_count = first, count
+        super().__init__(subscription)
+
+    def on_message(self, message: Any) -> None:
+        super().on_message(message)
+        with self.lock:
+            self._shared_count.value = len(self.latencies_ms)
+        if not self._shared_first.is_set():
+            self._shared_first.set()
+
+
+def _receive_until_stopped(subscription: str, first: Any, count: Any, stop: Any, results: Any) -> None:
+    """The child process's body: receive until ``stop`` is set, then send (stamp, latency) pairs."""
+    receiver = _SharingReceiver(subscription, first, count)
+    try:
+        stop.wait()
+    finally:
+        receiver.close()
+        with receiver.lock:
+            results.send(list(receiver.samples))
+        results.close()
+
+
+class ReceiverProcess:
+    """The latency subscriber in a spawned child process, with the parent's side of
+    :class:`Receiver`'s interface: ``first``, :meth:`count`, and the samples from :meth:`close`."""
+
+    def __init__(self, subscription: str):
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.first = context.Event()
+        self._count = context.Value("q", 0)
+        self._stop = context.Event()
+        self._results, child_end = context.Pipe(duplex=False)
+        self._process = context.Process(target=_receive_until_stopped, name="latency-receiver", daemon=True,
+                                        args=(subscription, self.first, self._count, self._stop, child_end))
+        self._process.start()
+        child_end.close()
+
+    def count(self) -> int:
+        return int(self._count.value)
+
+    def close(self) -> list[tuple[int, float]]:
+        """Stop the child and return its (produce stamp, latency ms) pairs; the child is gone after."""
+        self._stop.set()
+        try:
+            if not self._results.poll(60):
+                raise RuntimeError("the receiver process sent no samples within 60 s")
+            try:
+                return self._results.recv()
+            except EOFError:
+                self._process.join(30)
+                raise RuntimeError(f"the receiver process ended (exit code {self._process.exitcode}) without "
+                                   "sending its samples; its error is above") from None
+        finally:
+            self._process.join(30)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
 
 
 def create_topic_and_subscription(name: str) -> str:
@@ -134,14 +205,18 @@ def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
 
 
 def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int,
-            drain_timeout_s: float, spark_conf: dict[str, str] | None = None) -> dict[str, Any]:
+            drain_timeout_s: float, spark_conf: dict[str, str] | None = None,
+            receiver_in_process: bool = False) -> dict[str, Any]:
     """Latencies of ``rate * seconds`` records through the continuously running sink."""
     from pubsub_connect.pipelines.cps_sink import STAGES
     from pubsub_connect.pipelines.runtime import build_context
 
     name = "latency"
     create_kafka_topic(bootstrap, name, 1)
-    receiver = Receiver(create_topic_and_subscription(name))
+    subscription = create_topic_and_subscription(name)
+    receiver: Receiver | ReceiverProcess = (
+        Receiver(subscription) if receiver_in_process else ReceiverProcess(subscription))
+    samples: list[tuple[int, float]] = []
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),
                                   "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]",
                                   **(spark_conf or {})})
@@ -176,9 +251,13 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
         try:
             running.stop()
         finally:
-            receiver.close()
+            if isinstance(receiver, ReceiverProcess):
+                samples = receiver.close()
+            else:
+                receiver.close()
+                samples = list(receiver.samples)
             ctx.spark.stop()
-    got = sorted(receiver.latencies_ms)
+    got = sorted(lat for _, lat in samples)
     if not got:
         raise RuntimeError("no message arrived")
 
@@ -186,14 +265,15 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
         return values[min(len(values) - 1, int(q * len(values)))]
 
     # Steady state or a growing backlog? Median latency of the first and the last third produced.
-    by_stamp = [lat for _, lat in sorted(receiver.samples)]
+    by_stamp = [lat for _, lat in sorted(samples)]
     third = max(1, len(by_stamp) // 3)
     return {"produced": total, "received": len(got), "p50_ms": pct(got, 0.50), "p90_ms": pct(got, 0.90),
             "p99_ms": pct(got, 0.99), "max_ms": got[-1], "mean_ms": statistics.fmean(got),
             "ingest_p50_ms": pct(ingest_ms, 0.50), "ingest_p99_ms": pct(ingest_ms, 0.99),
             "p50_first_third_ms": statistics.median(by_stamp[:third]),
             "p50_last_third_ms": statistics.median(by_stamp[-third:]),
-            "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms}
+            "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms,
+            "receiver": "in-process" if receiver_in_process else "child"}
 
 
 def ingest_latencies(ctx: Any, name: str) -> list[float]:
@@ -216,6 +296,8 @@ def main() -> None:
     parser.add_argument("--trigger-ms", type=int, default=1000, help="pipeline.trigger.interval.ms")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="cold start / drain timeout, seconds")
+    parser.add_argument("--receiver", choices=("child", "in-process"), default="child",
+                        help="where the latency subscriber runs: a child process of its own, or this one")
     parser.add_argument("--spark", action="append", default=[], metavar="KEY=VALUE", type=worker_setting,
                         help="a worker setting for the latency run (e.g. spark.master=local[4]); repeatable")
     args = parser.parse_args()
@@ -231,11 +313,11 @@ def main() -> None:
                 print(f"cold start: {results['cold_start_s']:.1f} s", flush=True)
             (root / "latency").mkdir()
             results["latency"] = latency(bootstrap, root / "latency", args.rate, args.seconds, args.trigger_ms,
-                                         args.timeout, spark_conf)
+                                         args.timeout, spark_conf, args.receiver == "in-process")
     lat = results["latency"]
     rows = [
         ("produced at", f"{lat['rate']:g} msg/s for {lat['seconds']:g} s, trigger {lat['trigger_ms']} ms"),
-        ("received", f"{lat['received']:,} of {lat['produced']:,}"),
+        ("received", f"{lat['received']:,} of {lat['produced']:,} (subscriber: {lat['receiver']})"),
         ("latency p50 / p90 / p99", f"{lat['p50_ms']:,.0f} / {lat['p90_ms']:,.0f} / {lat['p99_ms']:,.0f} ms"),
         ("latency max / mean", f"{lat['max_ms']:,.0f} / {lat['mean_ms']:,.0f} ms"),
         ("  Kafka → start of its ingest batch", f"p50 {lat['ingest_p50_ms']:,.0f} / p99 {lat['ingest_p99_ms']:,.0f} "

@@ -17,7 +17,7 @@ from pubsub_connect.model.converters import (
     SHORT_CONVERTER,
     STRING_CONVERTER,
 )
-from pubsub_connect.model.cps_sink.batch import to_outbox, uses_column_path
+from pubsub_connect.model.cps_sink.batch import CpsSinkConversion, to_outbox, uses_column_path
 from pubsub_connect.model.cps_sink.reference import map_record
 from pubsub_connect.model.cps_sink.settings import MAX_MESSAGE_BYTES, CpsSinkSettings, KafkaRecord
 from unit.cps_sink_fixtures import FIXTURES, fixture_bytes
@@ -177,6 +177,49 @@ def test_batch_equals_reference(corpus_df: Any, name: str) -> None:
     # the corpus exercises good, bad and empty rows under every setting (metadata leaves no row empty)
     kinds = {("error" if r[7] else "message" if r[0] is not None else "nothing") for r in expected.values()}
     assert kinds == ({"error", "message"} if settings.metadata_publish else {"error", "message", "nothing"})
+
+
+@pytest.mark.parametrize("name", ["string-key-metadata-headers-order-key", "json-value-metadata-headers-order-key"])
+def test_one_conversion_applied_to_batch_after_batch_equals_the_reference(spark: Any, name: str) -> None:
+    """The convert stage builds its conversion once and applies it to every micro-batch: each
+    batch, through the same expressions, comes out as the reference maps it."""
+    records = corpus()
+    settings = SETTINGS[name]
+    conversion = CpsSinkConversion(settings, with_skipped_headers=True)
+    thirds = [records[i::3] for i in range(3)]
+    for batch in thirds:
+        expected = reference_rows(batch, settings)
+        assert batch_rows(conversion.to_outbox(bronze(spark, batch))) == expected
+    converted, cached = conversion.outbox_and_cache(bronze(spark, thirds[0]))
+    assert (cached is None) == (name in COLUMN_PATH)
+    assert converted.count() == len(thirds[0])
+
+
+def test_applying_a_built_conversion_makes_few_jvm_calls(corpus_df: Any) -> None:
+    """Applying the prebuilt column mapping to a micro-batch is a few Py4J calls per step; building
+    it is hundreds (each PySpark function call makes several), which a stage pays once."""
+    import py4j.clientserver
+
+    _, df = corpus_df
+    settings = SETTINGS["string-key-metadata-headers-order-key"]
+    sent: list[str] = []
+    original = py4j.clientserver.ClientServerConnection.send_command
+
+    def counting(self: Any, command: str) -> Any:
+        if not command.startswith("m\nd\n"):  # not Python's garbage collector freeing JVM objects
+            sent.append(command)
+        return original(self, command)
+
+    py4j.clientserver.ClientServerConnection.send_command = counting  # type: ignore[method-assign]
+    try:
+        conversion = CpsSinkConversion(settings)
+        built = len(sent)
+        conversion.to_outbox(df)
+        applied = len(sent) - built
+    finally:
+        py4j.clientserver.ClientServerConnection.send_command = original  # type: ignore[method-assign]
+    assert built > 5 * applied, (built, applied)
+    assert applied < 120, applied
 
 
 def test_outbox_schema_is_the_contract(corpus_df: Any) -> None:

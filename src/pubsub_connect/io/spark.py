@@ -56,6 +56,11 @@ LOCAL_DEFAULTS: dict[str, str] = {
     # values then need no CRLF removed. Its conversion is exact either way; with this, a message
     # whose value is plain JSON converts about 1.25 times as fast per core.
     "spark.sql.chunkBase64String.enabled": "false",
+    # PySpark's call-site capture for DataFrame error messages sends its own Py4J round trips
+    # around every PySpark function call (about a dozen for one F.col instead of two). A stage's
+    # micro-batch makes hundreds of such calls; the connector reports a failure in one line of its
+    # own, which does not use that context.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 #: JVM loggers whose output the connector replaces with one line of its own: a failed task or

@@ -26,7 +26,7 @@ from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io.pubsub.publisher import PublisherConfig
 from pubsub_connect.io.pubsub.publisher_pool import discard_publisher, shared_publisher
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.cps_sink.batch import outbox_and_cache
+from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
@@ -62,10 +62,20 @@ OUTBOX_COLUMNS = [f.name for f in PUBSUB_OUTBOX.fields]
 def split_pubsub_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """``to_outbox`` rows of a bronze micro-batch → (outbox rows, dead-letter rows)."""
     good = converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
-    bad = converted.filter(F.col("error_class").isNotNull()).select(
-        F.lit("convert").alias("stage"), "topic", "partition", "offset", "key", "value",
-        "error_class", "error_message", F.current_timestamp().alias("failed_at"))
-    return good, bad
+    return good, DeadLetterRows().of(converted)
+
+
+class DeadLetterRows:
+    """The dead-letter rows of converted rows (:data:`KAFKA_DLQ`'s columns), their expressions
+    built once: the convert stage takes them from every micro-batch."""
+
+    def __init__(self) -> None:
+        self._failed = F.col("error_class").isNotNull()
+        self._columns = [F.lit("convert").alias("stage"), "topic", "partition", "offset", "key", "value",
+                         "error_class", "error_message", F.current_timestamp().alias("failed_at")]
+
+    def of(self, converted: DataFrame) -> DataFrame:
+        return converted.filter(self._failed).select(*self._columns)
 
 
 def report_empty_records(config: ConnectorConfig, converted: DataFrame) -> None:
@@ -83,19 +93,19 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(bronze, KAFKA_BRONZE)
     ctx.store.ensure(outbox, PUBSUB_OUTBOX)
     ctx.store.ensure(dlq, KAFKA_DLQ)
-    settings = sink_settings(config)
+    conversion = CpsSinkConversion(sink_settings(config))  # built once, applied to every micro-batch
+    dead_letters = DeadLetterRows()
+    publishable = F.col("data").isNotNull()
+    empty = F.col("error_class").isNull() & F.col("data").isNull()
 
     def append_converted_batch(converted: DataFrame, batch_id: int) -> None:
-        _, bad = split_pubsub_outbox(converted)
-        found = append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted, bad,
-                                 batch_id, OUTBOX_COLUMNS,
-                                 F.col("data").isNotNull(),
-                                 empty=F.col("error_class").isNull() & F.col("data").isNull())
+        found = append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted,
+                                 dead_letters.of(converted), batch_id, OUTBOX_COLUMNS, publishable, empty=empty)
         if found["empty"]:
             report_empty_records(config, converted)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        converted, cached = outbox_and_cache(batch, settings)
+        converted, cached = conversion.outbox_and_cache(batch)
         if cached is not None:
             cached.persist()
         try:
