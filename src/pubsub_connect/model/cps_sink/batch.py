@@ -2,6 +2,11 @@
 converters allow, else the reference mapper over Arrow batches (see the package docstring). A
 schemaless JSON value takes the column expressions for every record whose compact JSON Spark
 writes exactly as the reference does, and the reference for the others.
+
+Why one module of this length: it is one contract, the reference's rules as a batch mapping,
+built together by :class:`CpsSinkConversion` once per stage start; the column stages, the JSON
+classification and the Arrow fallback each read the others' column names, so apart they would
+only import each other.
 """
 
 from __future__ import annotations
