@@ -11,7 +11,7 @@ import pytest
 
 from pubsub_connect.config.loader import validate_connector
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
-from pubsub_connect.model.lite.columns import converted_columns, uses_columns
+from pubsub_connect.model.lite.columns import LiteColumnConversion, converted_columns, uses_columns
 from pubsub_connect.model.lite.sink import (
     KAFKA_EVENT_TIME_TYPE_ATTRIBUTE,
     KAFKA_OFFSET_ATTRIBUTE,
@@ -130,6 +130,16 @@ def test_generated_rows_equal_the_reference(spark: Any, key_converter: str, valu
     got = comparable(column_rows(spark, rows, key_converter, value_converter))
     assert len(got) == 600
     assert got == comparable(reference_rows(rows, key_converter, value_converter))
+
+
+def test_one_conversion_applied_to_batch_after_batch_equals_the_reference(spark: Any) -> None:
+    """The convert stage builds its column mapping once and applies it to every micro-batch."""
+    conversion = LiteColumnConversion(STRING_CONVERTER, STRING_CONVERTER)
+    for seed in (1, 2, 3):
+        rows = generated_rows(50, seed)
+        frame = spark.createDataFrame(pa.Table.from_pylist(rows, schema=INPUT_ARROW))
+        got = sorted(conversion.apply(frame).toArrow().to_pylist(), key=lambda row: row["offset"])
+        assert comparable(got) == comparable(reference_rows(rows, STRING_CONVERTER, STRING_CONVERTER))
 
 
 def test_the_stage_takes_the_columns_only_for_byte_and_string_converters(spark: Any) -> None:

@@ -9,10 +9,8 @@ import threading
 
 from pubsub_connect.pipelines.runner.signals import install_stop_signals
 
-# The main thread holds the stop event's lock when the signal's handler runs, as it does for a
-# moment in every ``stop.wait(0.5)`` of the stage runner's loop. A handler that set the event
-# itself would wait for that lock in the thread that holds it, forever.
-_SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK = textwrap.dedent("""
+#: What every script below starts with: the stop event and the connector's signal handling.
+_PRELUDE = textwrap.dedent("""
     import signal
     import threading
 
@@ -20,6 +18,19 @@ _SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK = textwrap.dedent("""
 
     stop = threading.Event()
     install_stop_signals(stop)
+""")
+
+
+def run_script(body: str) -> tuple[int, str, str]:
+    """The exit code, standard output and standard error of ``body`` after :data:`_PRELUDE`, run
+    in a fresh interpreter (signal handling is process-wide)."""
+    done = subprocess.run([sys.executable, "-c", _PRELUDE + body], capture_output=True, text=True, timeout=120)
+    return done.returncode, done.stdout, done.stderr
+
+# The main thread holds the stop event's lock when the signal's handler runs, as it does for a
+# moment in every ``stop.wait(0.5)`` of the stage runner's loop. A handler that set the event
+# itself would wait for that lock in the thread that holds it, forever.
+_SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK = textwrap.dedent("""
     with stop._cond:
         signal.raise_signal(signal.SIGTERM)  # its Python handler runs here, in this thread
         held_when_handled = stop._cond._is_owned()
@@ -28,9 +39,7 @@ _SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK = textwrap.dedent("""
 
 
 def test_a_stop_signal_while_the_main_thread_holds_the_event_lock_still_stops() -> None:
-    done = subprocess.run([sys.executable, "-c", _SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK],
-                          capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "held=True stopped=True\n", "")
+    assert run_script(_SIGNAL_WHILE_HOLDING_THE_EVENT_LOCK) == (0, "held=True stopped=True\n", "")
 
 
 # The kernel hands a process-directed signal to any thread that does not block it. Here it lands
@@ -40,15 +49,8 @@ def test_a_stop_signal_while_the_main_thread_holds_the_event_lock_still_stops() 
 # asleep in the kernel, so the signal cannot arrive while the main thread still runs bytecode.
 _SIGNAL_IN_ANOTHER_THREAD_DURING_AN_UNTIMED_WAIT = textwrap.dedent("""
     import linecache
-    import os
-    import signal
     import sys
-    import threading
 
-    from pubsub_connect.pipelines.runner.signals import install_stop_signals
-
-    stop = threading.Event()
-    install_stop_signals(stop)
     main = threading.main_thread()
 
     def main_blocks_in_the_wait() -> bool:
@@ -71,19 +73,10 @@ _SIGNAL_IN_ANOTHER_THREAD_DURING_AN_UNTIMED_WAIT = textwrap.dedent("""
 
 
 def test_a_stop_signal_delivered_to_another_thread_wakes_an_untimed_wait() -> None:
-    done = subprocess.run([sys.executable, "-c", _SIGNAL_IN_ANOTHER_THREAD_DURING_AN_UNTIMED_WAIT],
-                          capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "stopped=True\n", "")
+    assert run_script(_SIGNAL_IN_ANOTHER_THREAD_DURING_AN_UNTIMED_WAIT) == (0, "stopped=True\n", "")
 
 
 _OTHER_HANDLED_SIGNALS_DO_NOT_STOP = textwrap.dedent("""
-    import signal
-    import threading
-
-    from pubsub_connect.pipelines.runner.signals import install_stop_signals
-
-    stop = threading.Event()
-    install_stop_signals(stop)
     usr1 = threading.Event()
     signal.signal(signal.SIGUSR1, lambda *_: usr1.set())
     signal.raise_signal(signal.SIGUSR1)
@@ -95,9 +88,7 @@ _OTHER_HANDLED_SIGNALS_DO_NOT_STOP = textwrap.dedent("""
 
 def test_only_the_stop_signals_set_the_event() -> None:
     """The wakeup fd carries every handled signal's number; SIGUSR1 must not stop the run."""
-    done = subprocess.run([sys.executable, "-c", _OTHER_HANDLED_SIGNALS_DO_NOT_STOP],
-                          capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stdout, done.stderr) == (0, "usr1=True stopped=False\nstopped=True\n", "")
+    assert run_script(_OTHER_HANDLED_SIGNALS_DO_NOT_STOP) == (0, "usr1=True stopped=False\nstopped=True\n", "")
 
 
 def test_installing_off_the_main_thread_is_refused() -> None:

@@ -30,7 +30,7 @@ from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import append_converted
+from pubsub_connect.pipelines.dead_letters import DeadLetterRows, append_converted
 from pubsub_connect.pipelines.kafka_ingest import ingest
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
@@ -63,19 +63,6 @@ def split_pubsub_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """``to_outbox`` rows of a bronze micro-batch → (outbox rows, dead-letter rows)."""
     good = converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull()).select(*OUTBOX_COLUMNS)
     return good, DeadLetterRows().of(converted)
-
-
-class DeadLetterRows:
-    """The dead-letter rows of converted rows (:data:`KAFKA_DLQ`'s columns), their expressions
-    built once: the convert stage takes them from every micro-batch."""
-
-    def __init__(self) -> None:
-        self._failed = F.col("error_class").isNotNull()
-        self._columns = [F.lit("convert").alias("stage"), "topic", "partition", "offset", "key", "value",
-                         "error_class", "error_message", F.current_timestamp().alias("failed_at")]
-
-    def of(self, converted: DataFrame) -> DataFrame:
-        return converted.filter(self._failed).select(*self._columns)
 
 
 def report_empty_records(config: ConnectorConfig, converted: DataFrame) -> None:

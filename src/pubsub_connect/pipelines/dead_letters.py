@@ -75,6 +75,22 @@ def stop_at_unconvertible(converted: DataFrame, keep: Column, message: Column | 
     return converted.filter(F.coalesce(failed, keep))
 
 
+class DeadLetterRows:
+    """A convert stage's dead-letter rows (:data:`KAFKA_DLQ`'s columns) of its converted rows: the
+    records whose ``error_class`` is set, with the record's raw bytes from ``key_column`` and
+    ``value_column``. The expressions are built once, since a stage takes them from every
+    micro-batch."""
+
+    def __init__(self, key_column: str = "key", value_column: str = "value") -> None:
+        self._failed = F.col("error_class").isNotNull()
+        self._columns = [F.lit("convert").alias("stage"), "topic", "partition", "offset",
+                         F.col(key_column).alias("key"), F.col(value_column).alias("value"),
+                         "error_class", "error_message", F.current_timestamp().alias("failed_at")]
+
+    def of(self, converted: DataFrame) -> DataFrame:
+        return converted.filter(self._failed).select(*self._columns)
+
+
 def append_converted(ctx: PipelineContext, config: ConnectorConfig,
                      append: Callable[[DataFrame, str, int], object], dlq: TableRef, converted: DataFrame,
                      bad: DataFrame, batch_id: int, columns: Sequence[str], keep: Column,

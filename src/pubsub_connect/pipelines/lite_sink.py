@@ -44,10 +44,10 @@ from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER
 from pubsub_connect.model.frames import map_in_arrow, schema_of
 from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
-from pubsub_connect.model.lite.columns import converted_columns, uses_columns
+from pubsub_connect.model.lite.columns import LiteColumnConversion, converted_columns, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
-from pubsub_connect.pipelines.dead_letters import append_converted
+from pubsub_connect.pipelines.dead_letters import DeadLetterRows, append_converted
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
@@ -202,10 +202,7 @@ LITE_OUTBOX_COLUMNS = [f.name for f in LITE_OUTBOX.fields]
 def split_lite_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
     """Converted rows → (outbox rows, ``KAFKA_DLQ``-shaped dead-letter rows)."""
     good = converted.filter(F.col("error_class").isNull()).select(*LITE_OUTBOX_COLUMNS)
-    bad = converted.filter(F.col("error_class").isNotNull()).select(
-        F.lit("convert").alias("stage"), "topic", "partition", "offset", F.col("raw_key").alias("key"),
-        F.col("raw_value").alias("value"), "error_class", "error_message", F.current_timestamp().alias("failed_at"))
-    return good, bad
+    return good, DeadLetterRows("raw_key", "raw_value").of(converted)
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
@@ -216,19 +213,23 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 
     in_columns = converts_in_columns(config)
     stops = config.get("errors.tolerance") == "none"
+    # Built once, applied to every micro-batch (each PySpark call is Py4J round trips).
+    columns = LiteColumnConversion(str(config.get("key.converter")), str(config.get("value.converter"))) \
+        if in_columns else None
+    dead_letters = DeadLetterRows("raw_key", "raw_value")
+    keep = F.lit(True)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         # With errors.tolerance=all the dead letters are read again after the append: the Python
         # conversion is then persisted so that it runs once. The column expressions cost less to
         # compute again than copying every payload into a cache.
-        converted = converted_rows(batch, config)
+        converted = columns.apply(batch) if columns is not None else converted_rows(batch, config)
         cached = not (in_columns or stops)
         if cached:
             converted.persist()
         try:
-            _, bad = split_lite_outbox(converted)
-            append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted, bad, batch_id,
-                             LITE_OUTBOX_COLUMNS, F.lit(True))
+            append_converted(ctx, config, partial(ctx.store.append_batch, outbox), dlq, converted,
+                             dead_letters.of(converted), batch_id, LITE_OUTBOX_COLUMNS, keep)
         finally:
             if cached:
                 converted.unpersist()
