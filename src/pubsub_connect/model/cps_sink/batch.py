@@ -176,14 +176,13 @@ class CpsSinkConversion:
 
     def to_outbox(self, bronze_df: DataFrame, *, classified: bool = False) -> DataFrame:
         """See :func:`to_outbox`."""
-        if self._columns is not None and self._exact is None:
+        if self._columns is None:
+            return self._reference(bronze_df)
+        if self._exact is None:
             return self._columns.apply(bronze_df)
-        if self._columns is not None and self._exact is not None:
-            rows = bronze_df if classified else bronze_df.select(*self._classified)
-            in_columns = self._columns.apply(rows.filter(self._exact))
-            by_reference = self._reference(rows.filter(~self._exact))
-            return in_columns.unionByName(by_reference)
-        return self._reference(bronze_df)
+        rows = bronze_df if classified else bronze_df.select(*self._classified)
+        in_columns = self._columns.apply(rows.filter(self._exact))
+        return in_columns.unionByName(self._reference(rows.filter(~self._exact)))
 
     def outbox_and_cache(self, bronze_df: DataFrame) -> tuple[DataFrame, DataFrame | None]:
         """A micro-batch's outbox rows and the frame worth persisting while they are read more
@@ -194,9 +193,9 @@ class CpsSinkConversion:
         rows: the JSON pass is the cost, and both halves of the mapping read them. The reference
         path runs Python per record, so its result is cached.
         """
-        if self._columns is not None and self._exact is None:
+        if self._columns is not None and self._exact is None:  # the column path
             return self.to_outbox(bronze_df), None
-        if self._exact is not None:
+        if self._exact is not None:  # schemaless JSON
             classified = bronze_df.select(*self._classified)
             return self.to_outbox(classified, classified=True), classified
         converted = self.to_outbox(bronze_df)
