@@ -44,6 +44,20 @@ def event_payload(size: int, seq: int) -> bytes:
     return bytes(out[:size - 1]) + b"}"
 
 
+def quiet_context(worker: Any, once: bool = True, progress: Callable[[str], None] | None = None) -> Any:
+    """The product's pipeline context for a benchmark run (``build_context``), its console as quiet
+    as ``pubsub-connect run``'s: stopping a query between micro-batches makes Spark's scheduler
+    warn that a finished job group could not be cancelled, which the product turns down and a
+    benchmark's table would otherwise be printed under. ``progress``: where the stages' progress
+    lines go (nowhere by default)."""
+    from pubsub_connect.io.spark import quiet_routine_stops
+    from pubsub_connect.pipelines.runtime import build_context
+
+    ctx = build_context(worker, once=once, progress=progress or (lambda _line: None))
+    quiet_routine_stops(ctx.spark)
+    return ctx
+
+
 def create_kafka_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """A topic on the local broker, created with the product's own admin call."""
     from pubsub_connect.io.kafka.admin import create_topic

@@ -35,7 +35,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from _common import bare_consume, event_payload, produce, table, write_results
+from _common import bare_consume, event_payload, produce, quiet_context, table, write_results
 from _streaming import StagesThread, stage_batch_times, stage_rows, steady_rate, time_of
 
 from pubsub_connect.config import loader as cfg
@@ -47,7 +47,6 @@ from pubsub_connect.model.blockgzip.blocks import DEFAULT_LEVEL, read_records
 from pubsub_connect.model.blockgzip.index import parse_index
 from pubsub_connect.pipelines.archive.stage import STAGES
 from pubsub_connect.pipelines.runner.supervisor import run_stages
-from pubsub_connect.pipelines.runtime import build_context
 
 TOPIC = "bench"
 BUCKET = "bench-archive"
@@ -189,7 +188,7 @@ def main() -> None:
             store = open_store(run.connectors[0])
             chunks_per_file = int(run.connectors[0].get("chunks.per.file"))
             t0 = time.perf_counter()
-            ctx = build_context(run.worker, once=not continuous, progress=lambda _line: None)
+            ctx = quiet_context(run.worker, once=not continuous)
             session_s = time.perf_counter() - t0
             try:
                 started = time.perf_counter()

@@ -45,6 +45,7 @@ from _common import (
     create_pubsub_topic,
     in_child_process,
     produce,
+    quiet_context,
     results_name,
     table,
     timed_stages,
@@ -55,7 +56,6 @@ from _streaming import run_together, stage_rows
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.pipelines.cps_sink import STAGES
-from pubsub_connect.pipelines.runtime import build_context
 
 PROJECT = "bench-project"
 
@@ -146,7 +146,7 @@ def main() -> None:
             try:
                 with PeakRss() as memory:
                     t0 = time.perf_counter()
-                    ctx = build_context(run.worker, once=not continuous, progress=lambda _line: None)
+                    ctx = quiet_context(run.worker, once=not continuous)
                     session_s = time.perf_counter() - t0
                     try:
                         if receiver is not None:

@@ -29,6 +29,7 @@ from _common import (
     add_engine_argument,
     create_kafka_topic,
     payload,
+    quiet_context,
     results_name,
     table,
     timed_stages,
@@ -40,7 +41,6 @@ from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.io.tables import TableRef
 from pubsub_connect.pipelines.cps_source import STAGES
-from pubsub_connect.pipelines.runtime import build_context
 
 PROJECT = "bench-project"
 
@@ -161,7 +161,7 @@ def main() -> None:
                  "kafka.record.headers": "true"},
                 {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                  "pipeline.max.records.per.batch": str(min(n, 20_000))})
-            ctx = build_context(run.worker, once=not continuous, progress=lambda _line: None)
+            ctx = quiet_context(run.worker, once=not continuous)
             if continuous:
                 together = run_together(ctx, run.connectors[0], STAGES, n, args.timeout,
                                         lambda: committed_exactly_once(bootstrap, "out", n), "cps_source",

@@ -49,6 +49,7 @@ from _common import (
     create_kafka_topic,
     payload,
     produce,
+    quiet_context,
     results_name,
     table,
     timed_stages,
@@ -59,7 +60,6 @@ from _streaming import run_together, stage_rows
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices
 from pubsub_connect.pipelines import lite_sink, lite_source
-from pubsub_connect.pipelines.runtime import build_context
 
 PROJECT = "bench-project"
 ZONE = "us-central1-a"
@@ -234,7 +234,7 @@ def stages_together(run: Any, stages: Any, n: int, timeout_s: float, delivered: 
     """The connector's stages together in a new Spark session until ``delivered()``:
     :func:`run_together`'s result and the session's start-up seconds (excluded from the rates)."""
     t0 = time.perf_counter()
-    ctx = build_context(run.worker, once=False, progress=lambda _line: None)
+    ctx = quiet_context(run.worker, once=False)
     session_s = time.perf_counter() - t0
     try:
         return run_together(ctx, run.connectors[0], stages, n, timeout_s, delivered, what, last_stage), session_s
@@ -365,7 +365,7 @@ def main() -> None:
         source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
                                "pubsublite.subscription": "sink", "kafka.topic": "from-lite", **keys}, worker)
         t0 = time.perf_counter()
-        ctx = build_context(sink.worker, once=True, progress=lambda _line: None)
+        ctx = quiet_context(sink.worker, once=True)
         session_s = time.perf_counter() - t0
         try:
             sink_s, sink_stages = timed_stages(ctx, sink.connectors[0], lite_sink.STAGES)

@@ -27,13 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from _common import produce, table, timed_stages, write_results
+from _common import produce, quiet_context, table, timed_stages, write_results
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.pipelines.context import PipelineContext
 from pubsub_connect.pipelines.cps_sink import STAGES
-from pubsub_connect.pipelines.runtime import build_context
 
 PROJECT = "bench-project"
 _RECORDS = re.compile(r"\] batch=\d+ records=(\d+)")
@@ -76,7 +75,7 @@ def main() -> int:
             lines: list[str] = []
             worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
                                           "pipeline.max.records.per.batch": str(n)})
-            ctx = build_context(worker, once=True, progress=lines.append)
+            ctx = quiet_context(worker, once=True, progress=lines.append)
             try:
                 run_connector(ctx, lines, "warmup", "warmup", "partition", args.tasks)
                 for round_no in range(args.rounds):

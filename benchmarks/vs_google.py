@@ -54,6 +54,7 @@ from _common import (
     create_kafka_topic,
     payload,
     produce,
+    quiet_context,
     results_name,
     table,
     timed_stages,
@@ -67,7 +68,6 @@ from pubsub_connect.io.services.process import ServiceError
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.pipelines import cps_sink, cps_source
 from pubsub_connect.pipelines.context import PipelineContext
-from pubsub_connect.pipelines.runtime import build_context
 
 #: The reference harness lives with the differential tests that use it; its modules import each
 #: other as top-level packages of ``tests/`` (pytest's rootdir layout), so that directory goes
@@ -253,7 +253,7 @@ class Bench:
         """A context for ``run``'s worker config on the one Spark session (started on first use)."""
         if self.ctx is None:
             started = time.perf_counter()
-            self.ctx = build_context(run.worker, once=True, progress=lambda _line: None)
+            self.ctx = quiet_context(run.worker, once=True)
             self.session_s = time.perf_counter() - started
             self.spark_pid = int(self.ctx.spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
             return self.ctx

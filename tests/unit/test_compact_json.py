@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import pytest
 
+from pubsub_connect.model.compact_json import same_as_reference
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
 from pubsub_connect.model.cps_sink.batch import classify, to_outbox, uses_column_path, uses_compact_json_path
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
@@ -35,6 +37,8 @@ ROUTES: list[tuple[bytes | None, bool]] = [
     (b'{"a":1.5,"b":1.50,"c":1e7,"d":100.0,"e":0.001,"f":1.0E-4,"g":1e-400,"h":-0}', True),
     (b"[1e22,123456789012345,1234567890123456,-123456789012345678]", True),
     (b"7", True),
+    (b" 7 \n", True),  # a number with whitespace around it
+    (b"[1] \t", True),  # whitespace after the closing bracket
     (b"1.5", True),
     (b"true", True),
     (None, True),
@@ -105,6 +109,16 @@ def test_routes(spark: Any) -> None:
 
 def test_routed_records_equal_the_reference(spark: Any) -> None:
     assert_equals_reference(spark, records_of([value for value, _ in ROUTES]), SETTINGS)
+
+
+def test_the_exactness_check_trims_with_no_deprecated_signature(spark: Any) -> None:
+    """Spark 4.2 prints a deprecation warning on the console for a plan that calls ``trim``,
+    ``ltrim`` or ``rtrim`` with the characters to trim; the check trims with ``btrim`` instead."""
+    from pyspark.sql import functions as F
+
+    check = str(same_as_reference(F.col("text"), F.col("compact")))
+    assert check.count("btrim(text, ") == 2
+    assert not re.search(r"(?<![\w])[lr]?trim\(", check)
 
 
 @pytest.mark.parametrize(

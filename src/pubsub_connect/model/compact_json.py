@@ -109,12 +109,14 @@ def same_as_reference(text: Column, compact: Column) -> Column:
     # Otherwise an object or array must end the text: the text ends with the same bracket and
     # holds no more brackets than the compact form; a number, true or false must be the compact
     # form once trimmed (a top-level string never is: its compact form has no quotes).
+    # ``btrim``, not the two-argument ``rtrim``/``trim`` that Spark 4.2 warns are deprecated: the
+    # last character left after trimming both ends is the one left after trimming the end.
     rewritten_whole = F.is_valid_utf8(text) & F.when(
         container,
-        (F.substring(F.rtrim(text, space), -1, 1) == F.substring(compact, -1, 1))
+        (F.substring(F.btrim(text, space), -1, 1) == F.substring(compact, -1, 1))
         & (_bracket_count(text) == _bracket_count(compact))
         & ~text.rlike(_BRACKET_ESCAPE),
-    ).otherwise(F.trim(text, space) == compact)
+    ).otherwise(F.btrim(text, space) == compact)
     exact = (
         compact.isNotNull()
         & parsed.isNotNull()
