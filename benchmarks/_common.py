@@ -45,11 +45,11 @@ def event_payload(size: int, seq: int) -> bytes:
 
 
 def quiet_context(worker: Any, once: bool = True, progress: Callable[[str], None] | None = None) -> Any:
-    """The product's pipeline context for a benchmark run (``build_context``), its console as quiet
-    as ``pubsub-connect run``'s: stopping a query between micro-batches makes Spark's scheduler
-    warn that a finished job group could not be cancelled, which the product turns down and a
-    benchmark's table would otherwise be printed under. ``progress``: where the stages' progress
-    lines go (nowhere by default)."""
+    """The product's pipeline context (``build_context``) for a benchmark run, as quiet as
+    ``pubsub-connect run`` keeps it: a query stopped between micro-batches makes Spark's scheduler
+    warn that a finished job group could not be cancelled; ``run`` turns that warning down, and so
+    does this, so that it is not printed around a benchmark's table. ``progress``: where the
+    stages' progress lines go (nowhere by default)."""
     from pubsub_connect.io.spark import quiet_routine_stops
     from pubsub_connect.pipelines.runtime import build_context
 
