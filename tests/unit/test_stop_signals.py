@@ -27,6 +27,7 @@ def run_script(body: str) -> tuple[int, str, str]:
     done = subprocess.run([sys.executable, "-c", _PRELUDE + body], capture_output=True, text=True, timeout=120)
     return done.returncode, done.stdout, done.stderr
 
+
 # The main thread holds the stop event's lock when the signal's handler runs, as it does for a
 # moment in every ``stop.wait(0.5)`` of the stage runner's loop. A handler that set the event
 # itself would wait for that lock in the thread that holds it, forever.

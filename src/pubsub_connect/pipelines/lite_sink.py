@@ -25,7 +25,7 @@ every row.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -44,7 +44,7 @@ from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER
 from pubsub_connect.model.frames import map_in_arrow, schema_of
 from pubsub_connect.model.lite.arrow import outbox_messages, sink_outbox_batch
-from pubsub_connect.model.lite.columns import LiteColumnConversion, converted_columns, uses_columns
+from pubsub_connect.model.lite.columns import LiteColumnConversion, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import DeadLetterRows, append_converted
@@ -183,16 +183,28 @@ def converts_in_columns(config: ConnectorConfig) -> bool:
     return uses_columns(str(config.get("key.converter")), str(config.get("value.converter")))
 
 
-def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
-    """One bronze micro-batch → converted rows (:data:`CONVERTED`), split by :func:`split_lite_outbox`:
-    as column expressions for byte-array and string converters, else the per-record reference
-    over Arrow batches."""
+def lite_conversion(config: ConnectorConfig) -> Callable[[DataFrame], DataFrame]:
+    """The connector's mapping of bronze micro-batches to converted rows (:data:`CONVERTED`), split
+    by :func:`split_lite_outbox`: column expressions for byte-array and string converters, else the
+    per-record reference over Arrow batches. Built once, so that a stage applying it to every
+    micro-batch decides the path and builds its expressions once (each PySpark call is Py4J
+    round trips)."""
     key_converter, value_converter = str(config.get("key.converter")), str(config.get("value.converter"))
     if uses_columns(key_converter, value_converter):
-        return converted_columns(bronze_batch, key_converter, value_converter)
+        return LiteColumnConversion(key_converter, value_converter).apply
     fn = ConvertPartition(key_converter, bool(config.get("key.converter.schemas.enable")),
                           value_converter, bool(config.get("value.converter.schemas.enable")))
-    return map_in_arrow(bronze_batch.select(*BRONZE_INPUT), fn, CONVERTED, schema_of(KAFKA_BRONZE, BRONZE_INPUT))
+    input_schema = schema_of(KAFKA_BRONZE, BRONZE_INPUT)
+
+    def by_reference(bronze_batch: DataFrame) -> DataFrame:
+        return map_in_arrow(bronze_batch.select(*BRONZE_INPUT), fn, CONVERTED, input_schema)
+
+    return by_reference
+
+
+def converted_rows(bronze_batch: DataFrame, config: ConnectorConfig) -> DataFrame:
+    """One bronze micro-batch → converted rows: :func:`lite_conversion` built for this one call."""
+    return lite_conversion(config)(bronze_batch)
 
 
 #: The outbox table's columns, in its order.
@@ -213,9 +225,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 
     in_columns = converts_in_columns(config)
     stops = config.get("errors.tolerance") == "none"
-    # Built once, applied to every micro-batch (each PySpark call is Py4J round trips).
-    columns = LiteColumnConversion(str(config.get("key.converter")), str(config.get("value.converter"))) \
-        if in_columns else None
+    conversion = lite_conversion(config)  # built once, applied to every micro-batch
     dead_letters = DeadLetterRows("raw_key", "raw_value")
     keep = F.lit(True)
 
@@ -223,7 +233,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         # With errors.tolerance=all the dead letters are read again after the append: the Python
         # conversion is then persisted so that it runs once. The column expressions cost less to
         # compute again than copying every payload into a cache.
-        converted = columns.apply(batch) if columns is not None else converted_rows(batch, config)
+        converted = conversion(batch)
         cached = not (in_columns or stops)
         if cached:
             converted.persist()
