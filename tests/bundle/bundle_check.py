@@ -3,8 +3,10 @@
 What ``databricks bundle validate`` would do, to the extent it matters for this bundle:
 
 1. load ``databricks.yml`` and every file its ``include`` globs match, rejecting unknown
-   top-level keys and duplicate resource keys;
-2. pick a target, apply its variable values over the defaults and resolve every ``${...}``
+   top-level keys and duplicate resource keys; check ``bundle.databricks_cli_version``'s syntax
+   and that it admits no CLI older than the features the bundle uses (:data:`CLI_FEATURES`);
+2. pick a target, apply its variable values over the defaults and the values given as ``--var``
+   would over both, require a value for every variable, and resolve every ``${...}``
    reference — bundle variables (also inside other variables' values, and whole-value
    references that yield a number or a mapping, like complex variables), ``bundle.*`` and
    ``workspace.*`` (with placeholder values for the deploying user);
@@ -17,8 +19,13 @@ What ``databricks bundle validate`` would do, to the extent it matters for this 
    each task's parameters are accepted by ``pubsub-connect-job`` and name config files of the
    bundle;
 5. check every declarative pipeline against the ``Pipeline`` model, that its source file is in
-   the repository, and that its configuration loads the connector it names without any cluster
-   environment (a serverless pipeline has none), secrets answered by a stand-in.
+   the repository, that it installs the synced source editable, and that its configuration loads
+   the connector it names without any cluster environment (a serverless pipeline has none),
+   secrets answered by a stand-in;
+6. check that the two shapes of a connector share no table and no checkpoint: a pipeline's
+   schema and folder are those of the job stages around it, and not those of the connector's
+   own jobs (:func:`check_shapes_apart`);
+7. check that the deploying identity can manage what the bundle's permissions cover.
 
 Every check appends a message to a list instead of raising, so a test can assert the exact
 problems a mutated copy of the bundle has.
@@ -32,7 +39,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +67,7 @@ INCLUDED_FILE_KEYS = TOP_LEVEL_KEYS - {"bundle", "include"}
 TARGET_KEYS = {"default", "mode", "workspace", "variables", "permissions", "run_as", "presets", "resources",
                "artifacts", "bundle", "git", "sync", "cluster_id", "compute_id"}
 VARIABLE_KEYS = {"description", "default", "type", "lookup"}
+BUNDLE_KEYS = {"name", "databricks_cli_version", "uuid", "git", "deployment", "cluster_id", "compute_id"}
 ARTIFACT_KEYS = {"type", "path", "build", "files", "executable", "dynamic_version"}
 BUNDLE_PERMISSION_LEVELS = {"CAN_VIEW", "CAN_RUN", "CAN_MANAGE"}
 PRINCIPAL_KEYS = ("user_name", "group_name", "service_principal_name")
@@ -75,6 +83,21 @@ STAGES = {
 
 #: libyaml's loader when PyYAML has it (the checks parse the bundle many times), same semantics.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+#: What the bundle uses that an older CLI deploys differently, and the first CLI version that
+#: deploys it as written (the CLI's changelog): ``bundle.databricks_cli_version`` must admit no
+#: older CLI. (where, version, whether a pipeline uses it)
+CLI_FEATURES: tuple[tuple[str, tuple[int, int, int], Callable[[dict[str, Any]], bool]], ...] = (
+    # translated relative to the file that names them since v0.253
+    ("libraries.glob.include", (0, 253, 0), lambda p: any("glob" in lib for lib in p.get("libraries") or [])),
+    # an older CLI drops the field: the pipeline then runs without the package
+    ("environment", (0, 258, 0), lambda p: "environment" in p),
+)
+
+#: The CLI's syntax of a version constraint: one or two comparisons, comma separated (the CLI
+#: also takes wildcards such as 0.258.*, which this bundle does not use).
+_CLI_VERSION = r"(\d+)\.(\d+)\.(\d+)(?:-\w+)?"
+_CLI_CONSTRAINT = re.compile(rf"^(>=|<=|>|<|!=)? ?{_CLI_VERSION}(?:, (>=|<=|>|<|!=)? ?{_CLI_VERSION})?$")
 
 #: The CLI's default ``workspace.root_path``.
 DEFAULT_ROOT_PATH = "/Workspace/Users/${workspace.current_user.userName}/.bundle/${bundle.name}/${bundle.target}"
@@ -217,12 +240,52 @@ def _has_ref(node: Any) -> bool:
     return isinstance(node, str) and _REF.search(node) is not None
 
 
-def resolve_target(root: Path, target: str) -> Bundle:
-    """Load the bundle and resolve it for ``target`` (see the module docstring)."""
+def lowest_cli_version(constraint: str) -> tuple[int, int, int] | None:
+    """The lower bound of a ``databricks_cli_version`` constraint: its ``>=``, ``>`` or exact
+    version (a ``>`` bound taken as its version: what matters is whether older CLIs than a
+    feature's get in); None without a lower bound."""
+    match = _CLI_CONSTRAINT.match(constraint)
+    if match is None:
+        return None
+    groups = match.groups()
+    lower = [(int(major), int(minor), int(patch)) for op, major, minor, patch in (groups[0:4], groups[4:8])
+             if major is not None and op in (None, ">=", ">")]
+    return min(lower) if lower else None
+
+
+def check_cli_version(bundle_section: Mapping[str, Any], pipelines: Mapping[str, dict[str, Any]],
+                      errors: list[str]) -> None:
+    """``bundle.databricks_cli_version``: the CLI's syntax, and no CLI older than a feature in use."""
+    for key in sorted(set(bundle_section) - BUNDLE_KEYS):
+        errors.append(f"databricks.yml: unknown key bundle.{key!r}")
+    needed = [(version, feature) for feature, version, used in CLI_FEATURES
+              if any(used(p) for p in pipelines.values() if isinstance(p, dict))]
+    constraint = bundle_section.get("databricks_cli_version")
+    if constraint is None:
+        if needed:
+            version, feature = max(needed)
+            errors.append(f"databricks.yml: bundle.databricks_cli_version is not set; the pipelines' {feature} "
+                          f"needs CLI {'.'.join(map(str, version))} or later")
+        return
+    if not isinstance(constraint, str) or not _CLI_CONSTRAINT.match(constraint):
+        errors.append(f"databricks.yml: bundle.databricks_cli_version {constraint!r} is not a CLI version "
+                      "constraint ('>= 0.0.0', optionally ', <= 1.0.0')")
+        return
+    lowest = lowest_cli_version(constraint)
+    for version, feature in sorted(needed):
+        if lowest is None or lowest < version:
+            errors.append(f"databricks.yml: bundle.databricks_cli_version {constraint!r} admits CLIs older than "
+                          f"{'.'.join(map(str, version))}, which do not deploy the pipelines' {feature} as written")
+
+
+def resolve_target(root: Path, target: str, cli_vars: Mapping[str, Any] | None = None) -> Bundle:
+    """Load the bundle and resolve it for ``target`` (see the module docstring). ``cli_vars``:
+    variable values as ``--var name=value`` gives them, over the target's and the defaults."""
     config, sources, errors = load_raw(root)
     name = config.get("bundle", {}).get("name")
     if not name:
         errors.append("databricks.yml: bundle.name is required")
+    check_cli_version(config.get("bundle") or {}, config.get("resources", {}).get("pipelines") or {}, errors)
     targets = config.get("targets") or {}
     defaults = [t for t, spec in targets.items() if (spec or {}).get("default") is True]
     if len(defaults) != 1:
@@ -254,9 +317,16 @@ def resolve_target(root: Path, target: str) -> Bundle:
         if var not in declared:
             errors.append(f"targets.{target}.variables.{var}: variable is not declared")
         values[var] = value
+    for var, value in (cli_vars or {}).items():
+        if var not in declared:
+            errors.append(f"--var {var}: variable is not declared")
+        values[var] = value
     for var in declared:
         if var not in values:
-            errors.append(f"variables.{var}: no value for target {target} (no default)")
+            # as the CLI refuses every command then; a stand-in value keeps the rest of the checks quiet
+            errors.append(f"variables.{var}: no value assigned to required variable {var} (give it with --var, "
+                          f"BUNDLE_VAR_{var} or .databricks/bundle/{target}/variable-overrides.json)")
+            values[var] = f"<no value for {var}>"
 
     workspace = {**(config.get("workspace") or {}), **(spec.get("workspace") or {})}
     explicit_root_path = bool(workspace.get("root_path"))
@@ -402,6 +472,14 @@ def check_top_level(bundle: Bundle) -> None:
             errors.append("targets.prod: an explicit workspace.root_path under /Workspace is required")
         if not config.get("permissions"):
             errors.append("targets.prod: permissions are required")
+    permissions = config.get("permissions") or []
+    managers = [p for p in permissions if p.get("level") == "CAN_MANAGE"
+                and USER in (p.get("user_name"), p.get("service_principal_name"))]
+    if permissions and not managers:
+        # What the CLI warns about: the permissions then leave the deploying identity, and a
+        # later one, without the right to manage the bundle's folder and resources.
+        errors.append(f"targets.{bundle.target}.permissions: the deploying identity has no CAN_MANAGE "
+                      "(user_name or service_principal_name: ${workspace.current_user.userName})")
     for i, perm in enumerate(config.get("permissions") or []):
         where = f"permissions[{i}]"
         if perm.get("level") not in BUNDLE_PERMISSION_LEVELS:
@@ -625,6 +703,12 @@ def check_pipelines(bundle: Bundle) -> None:
             included = (library.get("glob") or {}).get("include") or (library.get("file") or {}).get("path")
             if not included or not (source_dir / included).resolve().is_file():
                 errors.append(f"{where}.libraries[{i}]: {included!r} is not a file of the repository")
+        dependencies = (pipeline.get("environment") or {}).get("dependencies") or []
+        if f"--editable {bundle.file_path}" not in dependencies:
+            # A pipeline reuses its Python environment while the dependency list is unchanged: a
+            # plain path or a fixed wheel name would keep the package installed before a redeploy.
+            errors.append(f"{where}.environment.dependencies: {dependencies} does not install the synced source "
+                          "editable ('--editable ${workspace.file_path}')")
         conf = {k: str(v) for k, v in (pipeline.get("configuration") or {}).items()}
         local: dict[str, str] = {}
         for conf_key in PIPELINE_FILE_KEYS:
@@ -647,13 +731,99 @@ def check_pipelines(bundle: Bundle) -> None:
             errors.append(f"{where}.configuration: {exc}")
 
 
-def validate(root: Path, target: str) -> Bundle:
-    """Everything above, for one target; ``bundle.errors`` lists the problems."""
-    bundle = resolve_target(root, target)
+@dataclass(frozen=True)
+class Storage:
+    """Where a job stage or a pipeline keeps a connector's tables and checkpoints."""
+
+    catalog: str
+    schema: str
+    root: str
+
+    def __str__(self) -> str:
+        return f"{self.catalog}.{self.schema} and {self.root}"
+
+
+def task_storage(bundle: Bundle, job: Mapping[str, Any], task: Mapping[str, Any]) -> tuple[Path, Storage] | None:
+    """The connector file a wheel task runs and the storage its worker config resolves to on the
+    task's cluster (its environment variables, its ``--set`` values); None when it does not load
+    (the other checks say why)."""
+    from pubsub_connect.config.errors import ConfigError
+    from pubsub_connect.io.databricks_secrets import SecretResolver
+    from pubsub_connect.jobs import build_parser, load_run_config
+
+    try:
+        args = build_parser().parse_args(task["python_wheel_task"].get("parameters") or [])
+    except SystemExit:
+        return None
+    connector = repo_path(bundle, args.connector or "")
+    worker = repo_path(bundle, args.worker or "")
+    if connector is None or worker is None or not connector.is_file() or not worker.is_file():
+        return None
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PUBSUB_CONNECT_")}, **cluster_env(job, task)}
+    resolver = SecretResolver(lambda _scope, _key: "stand-in secret", env.get("PUBSUB_CONNECT_SECRET_SCOPE"))
+    try:
+        with mock.patch.dict(os.environ, env, clear=True):
+            worker_config = load_run_config(str(connector), str(worker), args.overrides, resolver).worker
+    except ConfigError:
+        return None
+    return connector, Storage(str(worker_config.get("storage.catalog")), str(worker_config.get("storage.schema")),
+                              worker_config.storage_root)
+
+
+def check_shapes_apart(bundle: Bundle) -> None:
+    """A connector's pipeline and its own jobs share no table and no checkpoint.
+
+    A pipeline cannot take over a table another writer created: were its datasets in the jobs'
+    schema, the first of the two shapes to run would keep the other from its tables. And the job
+    stages around a pipeline (pull, publish, produce) are the jobs' stages under the same names,
+    whose checkpoints track the tables they were started on. So the pipeline's datasets, the
+    storage its configuration names and the job stages around it are in one place, and the
+    connector's jobs in another."""
+    errors = bundle.errors
+    # pipeline key ("" for the connectors' own jobs) -> (job key, task key, connector file, storage)
+    stages: dict[str, list[tuple[str, str, Path, Storage]]] = {}
+    for job_key, job, task in wheel_tasks(bundle):
+        found = task_storage(bundle, job, task)
+        if found is None:
+            continue
+        runs = {t["pipeline_task"].get("pipeline_id") for t in job.get("tasks") or [] if t.get("pipeline_task")}
+        owner = next((key for key in bundle.pipelines if pipeline_id(key) in runs), None if runs else "")
+        if owner is not None:  # None: a pipeline task naming no pipeline of the bundle (check_jobs says so)
+            stages.setdefault(owner, []).append((job_key, str(task.get("task_key")), *found))
+    for key, pipeline in bundle.pipelines.items():
+        where = f"resources.pipelines.{key}"
+        conf = {k: str(v) for k, v in (pipeline.get("configuration") or {}).items()}
+        named = Storage(*(conf.get(f"pubsub_connect.set.storage.{k}", "") for k in ("catalog", "schema", "root")))
+        tables = (named.catalog, named.schema)
+        if (str(pipeline.get("catalog")), str(pipeline.get("schema"))) != tables:
+            errors.append(f"{where}: its datasets go to {pipeline.get('catalog')}.{pipeline.get('schema')}, its "
+                          f"configuration names {named.catalog}.{named.schema} (pubsub_connect.set.storage.*)")
+        for job_key, task_key, _, storage in stages.get(key, []):
+            if storage != named:
+                errors.append(f"resources.jobs.{job_key}.tasks[{task_key}]: runs on {storage}, its pipeline {key} "
+                              f"on {named}")
+        connector = repo_path(bundle, conf.get("pubsub_connect.connector", ""))
+        jobs = [(job_key, storage) for job_key, _, file, storage in stages.get("", []) if file == connector]
+        same_tables = sorted({job_key for job_key, s in jobs if (s.catalog, s.schema) == tables})
+        if same_tables:
+            errors.append(f"{where}: its tables are in {named.catalog}.{named.schema}, where the same connector's jobs "
+                          f"write theirs ({', '.join(same_tables)}); a pipeline cannot take over a table another "
+                          "writer created")
+        same_root = sorted({job_key for job_key, s in jobs if s.root == named.root})
+        if same_root:
+            errors.append(f"{where}: the stages around it keep their checkpoints under {named.root}, as the same "
+                          f"connector's jobs do ({', '.join(same_root)})")
+
+
+def validate(root: Path, target: str, cli_vars: Mapping[str, Any] | None = None) -> Bundle:
+    """Everything above, for one target; ``bundle.errors`` lists the problems. ``cli_vars``: as
+    ``--var`` gives them."""
+    bundle = resolve_target(root, target, cli_vars)
     check_top_level(bundle)
     check_jobs(bundle)
     check_task_parameters(bundle)
     check_pipelines(bundle)
+    check_shapes_apart(bundle)
     return bundle
 
 
@@ -661,5 +831,6 @@ def cluster_env(job: Mapping[str, Any], task: Mapping[str, Any]) -> dict[str, st
     """The environment variables a task's job cluster sets (what ``${env:...}`` reads)."""
     for cluster in job.get("job_clusters") or []:
         if cluster.get("job_cluster_key") == task.get("job_cluster_key"):
-            return {k: str(v) for k, v in ((cluster.get("new_cluster") or {}).get("spark_env_vars") or {}).items()}
+            spec = cluster.get("new_cluster")
+            return {k: str(v) for k, v in (spec.get("spark_env_vars") or {}).items()} if isinstance(spec, dict) else {}
     return {}

@@ -26,11 +26,13 @@ from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
 KINDS = tuple(STAGES)
 #: The connectors that also come as a declarative pipeline (every kind with tables to declare).
 DECLARATIVE = tuple(sorted(DEFINERS))
+#: What a deploy must give with --var (the variables without a default): an AWS instance type.
+DEPLOY_VARS = {"node_type_id": "i3.xlarge"}
 
 
 @pytest.fixture(scope="module", params=TARGETS)
 def bundle(request: pytest.FixtureRequest):
-    return validate(REPO_ROOT, request.param)
+    return validate(REPO_ROOT, request.param, DEPLOY_VARS)
 
 
 def test_bundle_validates_for_every_target(bundle) -> None:
@@ -49,14 +51,51 @@ def test_bundle_validates_for_every_target(bundle) -> None:
 
 
 def test_targets_resolve_their_own_settings() -> None:
-    dev, prod = validate(REPO_ROOT, "dev"), validate(REPO_ROOT, "prod")
+    dev, prod = validate(REPO_ROOT, "dev", DEPLOY_VARS), validate(REPO_ROOT, "prod", DEPLOY_VARS)
     assert (dev.config["mode"], prod.config["mode"]) == ("development", "production")
     assert dev.variables["schema"] == "pubsub_connect_someone"
     assert dev.variables["storage_root"] == "/Volumes/main/pubsub_connect_someone/pubsub_connect"
+    assert dev.variables["pipeline_schema"] == "pubsub_connect_someone_pipelines"
+    assert dev.variables["pipeline_storage_root"] == "/Volumes/main/pubsub_connect_someone/pubsub_connect/pipelines"
     assert prod.variables["storage_root"] == "/Volumes/main/pubsub_connect/pubsub_connect"
+    assert prod.variables["pipeline_schema"] == "pubsub_connect_pipelines"
+    assert prod.variables["pipeline_storage_root"] == "/Volumes/main/pubsub_connect/pubsub_connect/pipelines"
     assert prod.config["workspace"]["root_path"] == "/Workspace/Users/someone@example.com/.bundle/pubsub_connect/prod"
-    assert prod.config["permissions"] == [{"group_name": "users", "level": "CAN_VIEW"}]
     assert dev.config["permissions"] == []
+
+
+def test_prod_lets_the_deploying_identity_manage_and_users_view() -> None:
+    """Without a CAN_MANAGE entry for the deploying identity the CLI warns that only whoever
+    deploys may manage the bundle's folder and resources."""
+    prod = validate(REPO_ROOT, "prod", DEPLOY_VARS)
+    assert prod.config["permissions"] == [{"user_name": "someone@example.com", "level": "CAN_MANAGE"},
+                                          {"group_name": "users", "level": "CAN_VIEW"}]
+
+
+def test_the_bundle_states_the_oldest_cli_that_deploys_it_and_the_readme_agrees() -> None:
+    """Pipelines' glob.include paths are translated since CLI v0.253, their environment field
+    exists since v0.258 (an older CLI drops it, and the pipeline then lacks the package)."""
+    config = yaml.safe_load((REPO_ROOT / "databricks.yml").read_text(encoding="utf-8"))
+    assert config["bundle"]["databricks_cli_version"] == ">= 0.258.0"
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "Requirements: Databricks CLI 0.258 or later" in readme
+    assert "CLI 0.250" not in readme
+
+
+def test_the_instance_type_has_no_default_of_one_cloud() -> None:
+    """n2-standard-4 exists on Google Cloud only: a deploy names the instance type of its cloud,
+    and without one every bundle command stops (the CLI's message, here the check's)."""
+    config = yaml.safe_load((REPO_ROOT / "databricks.yml").read_text(encoding="utf-8"))
+    assert "default" not in config["variables"]["node_type_id"]
+    description = config["variables"]["node_type_id"]["description"]
+    for instance_type in ("i3.xlarge", "m5d.xlarge", "Standard_D4ds_v5", "n2-standard-4"):
+        assert instance_type in description
+    assert validate(REPO_ROOT, "prod").errors == [
+        "variables.node_type_id: no value assigned to required variable node_type_id (give it with --var, "
+        "BUNDLE_VAR_node_type_id or .databricks/bundle/prod/variable-overrides.json)"]
+    gcp = validate(REPO_ROOT, "prod", {"node_type_id": "n2-standard-4"})
+    assert gcp.errors == []
+    assert {job["job_clusters"][0]["new_cluster"]["node_type_id"] for job in gcp.jobs.values()} == {"n2-standard-4"}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -72,8 +111,8 @@ def test_stage_names_are_the_pipelines_stage_names(kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_continuous_job_runs_all_stages_side_by_side(bundle, kind: str) -> None:
     job = bundle.jobs[kind]
-    paused = {"dev": "PAUSED", "prod": "UNPAUSED"}[bundle.target]  # dev deploys streams paused
-    assert job["continuous"] == {"pause_status": paused, "task_retry_mode": "ON_FAILURE"}
+    # deployed paused in every target: a deploy starts no connector (bundle run does)
+    assert job["continuous"] == {"pause_status": "PAUSED", "task_retry_mode": "ON_FAILURE"}
     assert "schedule" not in job
     assert [t["task_key"] for t in job["tasks"]] == list(STAGES[kind])
     assert all("depends_on" not in t for t in job["tasks"])
@@ -105,7 +144,7 @@ def test_job_clusters_come_from_the_sizing_variables(bundle) -> None:
         spec = cluster["new_cluster"]
         assert cluster["job_cluster_key"] == "connector", key
         assert (spec["spark_version"], spec["node_type_id"], spec["num_workers"]) == (
-            bundle.variables["spark_version"], bundle.variables["node_type_id"], bundle.variables["num_workers"])
+            bundle.variables["spark_version"], "i3.xlarge", bundle.variables["num_workers"])
         assert isinstance(spec["num_workers"], int)
         assert spec["spark_env_vars"] == {
             "PUBSUB_CONNECT_BOOTSTRAP_SERVERS": bundle.variables["kafka_bootstrap_servers"],
@@ -141,9 +180,11 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
         assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative")
         worker = run_config.worker
         assert worker.bootstrap_servers == bundle.variables["kafka_bootstrap_servers"]
-        assert worker.storage_root == bundle.variables["storage_root"]
+        # the stages around a pipeline use the pipeline's schema and folder, not the jobs'
+        shape = "pipeline_" if job_key.endswith("_declarative") else ""
+        assert worker.storage_root == bundle.variables[f"{shape}storage_root"]
         assert (worker.get("storage.catalog"), worker.get("storage.schema")) == (
-            bundle.variables["catalog"], bundle.variables["schema"])
+            bundle.variables["catalog"], bundle.variables[f"{shape}schema"])
         if kind == "archive":
             assert asked == []
             assert connector.get("output.path") == f"{bundle.variables['storage_root']}/archive"
@@ -161,19 +202,23 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
 def test_pipeline_reads_the_jobs_config_and_takes_deployment_values_from_variables(bundle, kind: str) -> None:
     pipeline = bundle.pipelines[f"{kind}_pipeline"]
     schema = {"dev": "pubsub_connect_someone", "prod": "pubsub_connect"}[bundle.target]
-    assert (pipeline["catalog"], pipeline["schema"]) == ("main", schema)
+    # a schema of its own: the jobs of the same connector may have created tables of the same names
+    assert (pipeline["catalog"], pipeline["schema"]) == ("main", f"{schema}_pipelines")
     assert (pipeline["serverless"], pipeline["continuous"]) == (True, False)
     assert pipeline["libraries"] == [{"glob": {"include": "../src/pubsub_connect/lakeflow/definitions.py"}}]
-    assert pipeline["environment"] == {"dependencies": [bundle.file_path]}
+    # editable: a cached environment (same dependency list) still imports the deployed files
+    root = {"dev": "/Workspace/Users/someone@example.com/.bundle/pubsub_connect/dev",
+            "prod": "/Workspace/Users/someone@example.com/.bundle/pubsub_connect/prod"}[bundle.target]
+    assert pipeline["environment"] == {"dependencies": [f"--editable {root}/files"]}
     project_key = "pubsublite.project" if kind.startswith("lite") else "cps.project"
     assert pipeline["configuration"] == {
         "pubsub_connect.connector": f"{bundle.file_path}/resources/config/{kind}.properties",
         "pubsub_connect.worker": f"{bundle.file_path}/resources/config/worker.properties",
         "pubsub_connect.secret_scope": "pubsub-connect",
         "pubsub_connect.set.bootstrap.servers": "localhost:9092",
-        "pubsub_connect.set.storage.root": f"/Volumes/main/{schema}/pubsub_connect",
+        "pubsub_connect.set.storage.root": f"/Volumes/main/{schema}/pubsub_connect/pipelines",
         "pubsub_connect.set.storage.catalog": "main",
-        "pubsub_connect.set.storage.schema": schema,
+        "pubsub_connect.set.storage.schema": f"{schema}_pipelines",
         f"pubsub_connect.set.{project_key}": "my-gcp-project",
     }
 
@@ -190,11 +235,14 @@ def test_pipeline_job_runs_pull_pipeline_publish_once_on_a_paused_schedule(bundl
         [], *([previous] for previous in chain[:-1])]
     pipeline_task = job["tasks"][len(before)]["pipeline_task"]
     assert pipeline_task == {"pipeline_id": f"<id of pipeline {kind}_pipeline>", "full_refresh": False}
+    schema = {"dev": "pubsub_connect_someone", "prod": "pubsub_connect"}[bundle.target]
     for task in job["tasks"]:
         if "python_wheel_task" in task:
             assert task["python_wheel_task"]["parameters"] == [
                 "--connector", f"{bundle.file_path}/resources/config/{kind}.properties",
                 "--worker", f"{bundle.file_path}/resources/config/worker.properties",
+                "--set", f"storage.schema={schema}_pipelines",
+                "--set", f"storage.root=/Volumes/main/{schema}/pubsub_connect/pipelines",
                 "--stage", task["task_key"], "--once"]
 
 
@@ -386,6 +434,61 @@ NEGATIVE_CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None], list[str]
         lambda d: _set(d["targets"]["dev"]["variables"], "shema", "x"),
         ["targets.dev.variables.shema: variable is not declared"],
     ),
+    "pipeline installs the synced source as a plain path": (
+        "resources/cps_sink.pipeline.yml",
+        lambda d: _set(d["resources"]["pipelines"]["cps_sink_pipeline"]["environment"], "dependencies",
+                       ["${workspace.file_path}"]),
+        [f"resources.pipelines.cps_sink_pipeline.environment.dependencies: ['{FP}'] does not install the synced "
+         "source editable ('--editable ${workspace.file_path}')"],
+    ),
+    "CLI older than the pipelines' fields": (
+        "databricks.yml",
+        lambda d: _set(d["bundle"], "databricks_cli_version", ">= 0.250.0"),
+        ["databricks.yml: bundle.databricks_cli_version '>= 0.250.0' admits CLIs older than 0.253.0, which do not "
+         "deploy the pipelines' libraries.glob.include as written",
+         "databricks.yml: bundle.databricks_cli_version '>= 0.250.0' admits CLIs older than 0.258.0, which do not "
+         "deploy the pipelines' environment as written"],
+    ),
+    "no CLI version constraint": (
+        "databricks.yml",
+        lambda d: d["bundle"].pop("databricks_cli_version"),
+        ["databricks.yml: bundle.databricks_cli_version is not set; the pipelines' environment needs CLI 0.258.0 "
+         "or later"],
+    ),
+    "CLI version constraint the CLI cannot read": (
+        "databricks.yml",
+        lambda d: _set(d["bundle"], "databricks_cli_version", ">= v0.258"),
+        ["databricks.yml: bundle.databricks_cli_version '>= v0.258' is not a CLI version constraint "
+         "('>= 0.0.0', optionally ', <= 1.0.0')"],
+    ),
+    "pipelines in the jobs' schema": (
+        "databricks.yml",
+        lambda d: _set(d["variables"]["pipeline_schema"], "default", "${var.schema}"),
+        [f"resources.pipelines.{kind}_pipeline: its tables are in main.pubsub_connect_someone, where the same "
+         f"connector's jobs write theirs ({kind}, {kind}_batch); a pipeline cannot take over a table another "
+         "writer created" for kind in DECLARATIVE],
+    ),
+    "pipelines' stages in the jobs' checkpoint folder": (
+        "databricks.yml",
+        lambda d: _set(d["variables"]["pipeline_storage_root"], "default", "${var.storage_root}"),
+        [f"resources.pipelines.{kind}_pipeline: the stages around it keep their checkpoints under "
+         f"/Volumes/main/pubsub_connect_someone/pubsub_connect, as the same connector's jobs do ({kind}, {kind}_batch)"
+         for kind in DECLARATIVE],
+    ),
+    "stage around a pipeline in the jobs' schema": (
+        "resources/cps_sink.pipeline.yml",
+        lambda d: _task(d, "cps_sink_declarative", "publish")["python_wheel_task"]["parameters"].__delitem__(
+            slice(4, 6)),
+        [f"{J}.cps_sink_declarative.tasks[publish]: runs on main.pubsub_connect_someone and "
+         "/Volumes/main/pubsub_connect_someone/pubsub_connect/pipelines, its pipeline cps_sink_pipeline on "
+         "main.pubsub_connect_someone_pipelines and /Volumes/main/pubsub_connect_someone/pubsub_connect/pipelines"],
+    ),
+    "pipeline datasets apart from the storage its stages use": (
+        "resources/lite_source.pipeline.yml",
+        lambda d: _set(d["resources"]["pipelines"]["lite_source_pipeline"], "schema", "${var.schema}"),
+        ["resources.pipelines.lite_source_pipeline: its datasets go to main.pubsub_connect_someone, its "
+         "configuration names main.pubsub_connect_someone_pipelines (pubsub_connect.set.storage.*)"],
+    ),
 }
 
 
@@ -393,9 +496,9 @@ NEGATIVE_CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None], list[str]
 def test_mutated_bundle_fails_with_exact_errors(tmp_path: Path, case: str) -> None:
     file, change, expected = NEGATIVE_CASES[case]
     root = _copy_bundle(tmp_path)
-    assert validate(root, "dev").errors == []  # the copy is valid before the change
+    assert validate(root, "dev", DEPLOY_VARS).errors == []  # the copy is valid before the change
     _edit(root, file, change)
-    assert validate(root, "dev").errors == expected
+    assert validate(root, "dev", DEPLOY_VARS).errors == expected
 
 
 def test_pipeline_config_must_not_need_a_cluster_environment(tmp_path: Path) -> None:
@@ -405,7 +508,7 @@ def test_pipeline_config_must_not_need_a_cluster_environment(tmp_path: Path) -> 
     key = "pubsub_connect.set.cps.project"
     _edit(root, "resources/cps_sink.pipeline.yml",
           lambda d: d["resources"]["pipelines"]["cps_sink_pipeline"]["configuration"].pop(key))
-    assert validate(root, "dev").errors == [
+    assert validate(root, "dev", DEPLOY_VARS).errors == [
         f"resources.pipelines.cps_sink_pipeline.configuration: {root / 'resources/config/cps_sink.properties'}: "
         "cps.project refers to ${env:PUBSUB_CONNECT_GCP_PROJECT} but that variable is not set"]
 
@@ -418,11 +521,26 @@ def test_prod_needs_root_path_and_permissions(tmp_path: Path) -> None:
         del d["targets"]["prod"]["permissions"]
 
     _edit(root, "databricks.yml", strip)
-    assert validate(root, "dev").errors == []
-    assert validate(root, "prod").errors == [
+    assert validate(root, "dev", DEPLOY_VARS).errors == []
+    assert validate(root, "prod", DEPLOY_VARS).errors == [
         "targets.prod: an explicit workspace.root_path under /Workspace is required",
         "targets.prod: permissions are required",
     ]
+
+
+def test_prod_permissions_must_let_the_deploying_identity_manage(tmp_path: Path) -> None:
+    root = _copy_bundle(tmp_path)
+    _edit(root, "databricks.yml", lambda d: d["targets"]["prod"]["permissions"].pop(0))
+    assert validate(root, "prod", DEPLOY_VARS).errors == [
+        "targets.prod.permissions: the deploying identity has no CAN_MANAGE "
+        "(user_name or service_principal_name: ${workspace.current_user.userName})"]
+
+    def as_principal(d: dict[str, Any]) -> None:  # what a CI pipeline's service principal writes
+        d["targets"]["prod"]["permissions"].insert(
+            0, {"service_principal_name": "${workspace.current_user.userName}", "level": "CAN_MANAGE"})
+
+    _edit(root, "databricks.yml", as_principal)
+    assert validate(root, "prod", DEPLOY_VARS).errors == []
 
 
 def test_typed_models_alone_let_a_wrong_scalar_type_through() -> None:

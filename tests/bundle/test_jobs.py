@@ -173,3 +173,64 @@ def test_a_set_override_replaces_a_secret_reference_without_reading_it(tmp_path:
                                       databricks_secrets.SecretResolver(secrets, default_scope="pc"))
     assert run_config.connectors[0].get("gcp.credentials.json") == "{}"
     assert secrets.reads == []
+
+
+#: The cluster environment of a bundle deployed without --var for the Kafka brokers and the
+#: Google Cloud project (databricks.yml's defaults, variable connector_cluster).
+PLACEHOLDER_ENV = {
+    "PUBSUB_CONNECT_BOOTSTRAP_SERVERS": "localhost:9092",
+    "PUBSUB_CONNECT_GCP_PROJECT": "my-gcp-project",
+    "PUBSUB_CONNECT_STORAGE_ROOT": "/Volumes/main/pubsub_connect/pubsub_connect",
+    "PUBSUB_CONNECT_CATALOG": "main",
+    "PUBSUB_CONNECT_SCHEMA": "pubsub_connect",
+    "PUBSUB_CONNECT_SECRET_SCOPE": "pubsub-connect",
+}
+
+
+def _bundle_job(stage: str) -> list[str]:
+    config = Path(__file__).resolve().parents[2] / "resources" / "config"
+    return ["--connector", str(config / "cps_sink.properties"), "--worker", str(config / "worker.properties"),
+            "--stage", stage]
+
+
+def test_on_databricks_a_placeholder_of_the_bundle_stops_the_task_naming_its_variable(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A deploy without --var kafka_bootstrap_servers / gcp_project must not leave the tasks
+    retrying against localhost:9092 or a project that is not there: one line names the variable.
+    (The stage name is wrong on purpose: were the check gone, the run would stop at it, before any
+    Spark session.)"""
+    for name, value in PLACEHOLDER_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
+    secrets = FakeSecrets({("pubsub-connect", "gcp-credentials-json"): GCP_JSON})
+    worker = Path(_bundle_job("publsh")[3])
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
+    assert exit_info.value.code == jobs.EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        f"error: {worker}: bootstrap.servers=localhost:9092 is the bundle's placeholder; deploy with "
+        "--var kafka_bootstrap_servers=<value> (variable kafka_bootstrap_servers in databricks.yml)\n")
+
+    monkeypatch.setenv("PUBSUB_CONNECT_BOOTSTRAP_SERVERS", "broker-1.example.com:9093")
+    connector = Path(_bundle_job("publsh")[1])
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
+    assert exit_info.value.code == jobs.EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        f"error: {connector}: cps.project=my-gcp-project is the bundle's placeholder; deploy with "
+        "--var gcp_project=<value> (variable gcp_project in databricks.yml)\n")
+
+
+def test_off_databricks_the_same_values_are_left_alone(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Locally localhost:9092 may be the broker: the run gets past the check (to the stage
+    selection, where an unknown stage stops it before any Spark session)."""
+    for name, value in PLACEHOLDER_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    secrets = FakeSecrets({("pubsub-connect", "gcp-credentials-json"): GCP_JSON})
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
+    assert exit_info.value.code == jobs.EXIT_USER_ERROR
+    assert capsys.readouterr().err == (
+        "error: unknown stage(s) ['publsh'] for a cps_sink connector (stages: ingest, convert, publish)\n")

@@ -67,7 +67,8 @@ def _sink_positions(worker: cfg.WorkerConfig, config: cfg.ConnectorConfig) -> Po
 
     groups = _kafka_groups(worker, config)
     try:
-        return groups.read(subscribed_partitions(kafka_read_options(worker, config)))
+        # only the subscription is read from the options (no Spark client gets them)
+        return groups.read(subscribed_partitions(kafka_read_options(worker, config, shaded_kafka=False)))
     except ConsumerGroupError as exc:
         raise OffsetsError(str(exc), 500) from None
     finally:

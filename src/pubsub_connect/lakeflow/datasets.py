@@ -87,12 +87,15 @@ def dataset_name(kind: str, connector: str) -> str:
 
 class Graph:
     """The ``pyspark.pipelines`` decorators of this runtime, with what the open-source and the
-    Databricks runtimes differ in smoothed over, and the worker the datasets read Kafka with."""
+    Databricks runtimes differ in smoothed over, and the worker the datasets read Kafka with.
+    ``shaded_kafka``: the runtime's Java Kafka client is Databricks' relocated one, so Kafka's
+    class names in the client options are relocated too (``spark_client_options``)."""
 
-    def __init__(self, spark: SparkSession, dp: Any, worker: cfg.WorkerConfig):
+    def __init__(self, spark: SparkSession, dp: Any, worker: cfg.WorkerConfig, *, shaded_kafka: bool):
         self.spark = spark
         self.dp = dp
         self.worker = worker
+        self.shaded_kafka = shaded_kafka
 
     @property
     def has_expectations(self) -> bool:
@@ -148,7 +151,7 @@ def _define_kafka_bronze(graph: Graph, config: cfg.ConnectorConfig) -> str:
     from pubsub_connect.pipelines.kafka_ingest import bronze_rows, kafka_read_options
 
     name = dataset_name(BRONZE, config.name)
-    options = kafka_read_options(graph.worker, config)
+    options = kafka_read_options(graph.worker, config, shaded_kafka=graph.shaded_kafka)
 
     def bronze() -> DataFrame:
         return bronze_rows(graph.spark.readStream.format("kafka").options(**options).load())
@@ -181,7 +184,8 @@ def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: Str
         return
     sink = f"dlq_topic_{dataset_name(DLQ, config.name)}"
     graph.dp.create_sink(name=sink, format="kafka",
-                         options={**kafka_client_options(graph.worker, "producer."), "topic": str(topic)})
+                         options={**kafka_client_options(graph.worker, "producer.", shaded_kafka=graph.shaded_kafka),
+                                  "topic": str(topic)})
     dlq = dataset_name(DLQ, config.name)
     columns = [f.name for f in dlq_schema.fields]
     graph.dp.append_flow(target=sink, name=f"{sink}_flow")(
@@ -278,9 +282,14 @@ def check_declarable(config: cfg.ConnectorConfig) -> None:
 
 
 def define(spark: SparkSession, dp: Any, run_config: cfg.RunConfig, store: TableStore) -> None:
-    """Register the datasets of ``run_config``'s connector (exactly one) in the running pipeline."""
+    """Register the datasets of ``run_config``'s connector (exactly one) in the running pipeline.
+    On Databricks (the runtime's environment tells) the Kafka datasets name Kafka's classes where
+    its relocated client has them."""
+    from pubsub_connect.io.spark import running_on_databricks
+
     if len(run_config.connectors) != 1:
         raise ConfigError(f"a pipeline runs one connector, got {len(run_config.connectors)}")
     config = run_config.connectors[0]
     check_declarable(config)
-    DEFINERS[config.kind](Graph(spark, dp, run_config.worker), config, store)
+    graph = Graph(spark, dp, run_config.worker, shaded_kafka=running_on_databricks())
+    DEFINERS[config.kind](graph, config, store)

@@ -149,7 +149,7 @@ class PipelineContext:
             raise ConnectorError(f"{config.name}: {exc}") from None
 
     def kafka_client_options(self, prefix: str) -> dict[str, str]:
-        return kafka_client_options(self.worker, prefix)
+        return kafka_client_options(self.worker, prefix, shaded_kafka=self.caps.databricks)
 
 
 def librdkafka_client(worker: WorkerConfig, role: str, config: ConnectorConfig | None = None) -> dict[str, str]:
@@ -161,14 +161,16 @@ def librdkafka_client(worker: WorkerConfig, role: str, config: ConnectorConfig |
     return librdkafka_settings(java, shown_prefix=f"{role}.")
 
 
-def kafka_client_options(worker: WorkerConfig, prefix: str, config: ConnectorConfig | None = None) -> dict[str, str]:
+def kafka_client_options(worker: WorkerConfig, prefix: str, config: ConnectorConfig | None = None, *,
+                         shaded_kafka: bool) -> dict[str, str]:
     """Spark-Kafka style options (``kafka.``-prefixed) from the worker's bootstrap servers, its
     ``consumer.*`` / ``producer.*`` keys (``prefix``) and, given ``config``, the connector's
-    ``<role>.override.*`` keys."""
+    ``<role>.override.*`` keys. ``shaded_kafka``: on Databricks (``Capabilities.databricks``),
+    whose Java Kafka client is relocated, see :func:`~pubsub_connect.io.kafka.options.spark_client_options`."""
     role = prefix.rstrip(".")
     java = connect_client_settings(worker.bootstrap_servers, worker.client_conf(prefix), role,
                                    config.passthrough if config is not None else None)
-    return spark_client_options(java)
+    return spark_client_options(java, shaded_kafka=shaded_kafka)
 
 
 def spark_text_reader(spark: SparkSession) -> checkpoints.TextReader:

@@ -32,15 +32,16 @@ if TYPE_CHECKING:
 STAGE = "ingest"
 
 
-def kafka_read_options(worker: WorkerConfig, config: ConnectorConfig) -> dict[str, str]:
+def kafka_read_options(worker: WorkerConfig, config: ConnectorConfig, *, shaded_kafka: bool) -> dict[str, str]:
     """Spark Kafka source options for a sink connector's ``topics`` / ``topics.regex``.
 
     Like a Connect sink's consumer, a new connector starts at ``consumer.auto.offset.reset``
     (Connect's default ``earliest``); afterwards the checkpoint decides. (:func:`ingest` first
     looks for the offsets of consumer group ``connect-<name>``.) Worker ``consumer.*`` keys and
-    the connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options.
+    the connector's ``consumer.override.*`` keys reach the Kafka client as ``kafka.*`` options,
+    Kafka's class names relocated where the client is (``shaded_kafka``: on Databricks).
     """
-    options = kafka_client_options(worker, "consumer.", config)
+    options = kafka_client_options(worker, "consumer.", config, shaded_kafka=shaded_kafka)
     # Spark takes the start as startingOffsets and refuses the client's own reset policy
     reset = auto_offset_reset(worker, config)
     options.pop("kafka.auto.offset.reset", None)
@@ -71,7 +72,7 @@ def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.check_kafka("consumer", config)
     bronze = TableRef(BRONZE, config.name)
     ctx.store.ensure(bronze, KAFKA_BRONZE)
-    options = kafka_read_options(ctx.worker, config)
+    options = kafka_read_options(ctx.worker, config, shaded_kafka=ctx.caps.databricks)
     client = ctx.librdkafka_client("consumer", config)
     checkpoint = ctx.store.checkpoint(config.name, STAGE)
     if not checkpoints.started(checkpoint):

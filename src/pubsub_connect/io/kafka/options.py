@@ -14,7 +14,9 @@ Three shapes of the same settings meet here:
   (:func:`connect_client_settings`, Java client names);
 * Spark's Kafka options: the same names with a ``kafka.`` prefix (:func:`spark_client_options`),
   read back by :func:`client_config` for the Python data source, with the keys each connector
-  owns itself (``SOURCE_FORBIDDEN``, ``SINK_FORBIDDEN``) rejected;
+  owns itself (``SOURCE_FORBIDDEN``, ``SINK_FORBIDDEN``) rejected; on Databricks, whose Java
+  client is relocated, with the client's own class names relocated too
+  (:func:`shade_kafka_class_names`);
 * librdkafka's (:func:`librdkafka_settings`).
 
 Both the reader and the writer of the fallback engine parse their options with these helpers,
@@ -266,7 +268,48 @@ def connect_client_settings(bootstrap_servers: str, worker_settings: Mapping[str
     return java
 
 
-def spark_client_options(java: Mapping[str, str]) -> dict[str, str]:
+#: The package Databricks Runtime relocates ("shades") the Java Kafka client under:
+#: ``org.apache.kafka.common.security.plain.PlainLoginModule`` is
+#: ``kafkashaded.org.apache.kafka.common.security.plain.PlainLoginModule`` there, and the
+#: unrelocated name does not exist (a JAAS line naming it fails with "No LoginModule found").
+SHADED_KAFKA_PREFIX = "kafkashaded."
+
+#: Java client settings whose value names classes the client loads, besides the ``*.class`` and
+#: ``*.classes`` ones: the login module of a JAAS line, and the lists of Kafka's own assignor and
+#: reporter classes.
+CLASS_NAMING_SETTINGS = frozenset({"sasl.jaas.config", "partition.assignment.strategy", "metric.reporters"})
+
+#: A class name in Kafka's own package, not preceded by another package (so neither
+#: ``kafkashaded.org.apache.kafka.…`` nor ``com.example.org.apache.kafka.…`` matches).
+_KAFKA_CLASS_NAME = re.compile(r"(?<![\w.$])org\.apache\.kafka\.")
+
+
+def names_classes(name: str) -> bool:
+    """Whether the Java client setting ``name`` (no ``kafka.`` prefix) holds class names."""
+    return name in CLASS_NAMING_SETTINGS or name.endswith((".class", ".classes"))
+
+
+def shade_kafka_class_names(java: Mapping[str, str]) -> dict[str, str]:
+    """``java`` with every class of Kafka's own package, in the settings that name classes,
+    relocated to where Databricks Runtime has it (:data:`SHADED_KAFKA_PREFIX`).
+
+    Why here: users bring their Connect files' JAAS lines (``org.apache.kafka.common.security.
+    scram.ScramLoginModule required …``) and callback handlers unchanged, and the same files run
+    locally, where the client is not relocated. A name already relocated, and classes of other
+    packages (a user's own callback handler), stay as they are; other settings are never touched.
+    """
+    return {name: _KAFKA_CLASS_NAME.sub(SHADED_KAFKA_PREFIX + "org.apache.kafka.", value)
+            if names_classes(name) else value for name, value in java.items()}
+
+
+def spark_client_options(java: Mapping[str, str], *, shaded_kafka: bool) -> dict[str, str]:
     """Java client settings as Spark Kafka options (``kafka.``-prefixed), which both Spark's
-    connector and :func:`client_config` read."""
+    connector and :func:`client_config` read.
+
+    ``shaded_kafka``: the session's Java Kafka client is Databricks Runtime's relocated one
+    (``Capabilities.databricks``), so Kafka's class names are relocated to match
+    (:func:`shade_kafka_class_names`); never locally. The librdkafka settings are built from the
+    unchanged Java settings (:func:`librdkafka_settings`), which accepts either name."""
+    if shaded_kafka:
+        java = shade_kafka_class_names(java)
     return {f"kafka.{key}": value for key, value in java.items()}

@@ -136,7 +136,7 @@ def kafka_options(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, st
     ``consumer.override.*`` keys, the subscription and the batch size. Never ``minPartitions``
     or ``maxRecordsPerPartition``: without them each topic-partition is one Spark partition,
     which the tasks take as they are (:func:`archive_frame`)."""
-    options = kafka_client_options(ctx.worker, "consumer.", config)
+    options = kafka_client_options(ctx.worker, "consumer.", config, shaded_kafka=ctx.caps.databricks)
     topics, regex = config.get("topics"), config.get("topics.regex")
     if topics:
         options["subscribe"] = ",".join(topics)
