@@ -54,6 +54,17 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     take_over(getattr(node, "workeroutput", {}), node.gateway.id)
 
 
+#: Test folders that belong to the compatibility subset whole (``-m compat``, run by .ci/compat on
+#: every supported Spark); elsewhere a test joins it with ``@pytest.mark.compat``.
+COMPAT_FOLDERS = ("unit", "bundle")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).relative_to(REPO_ROOT / "tests").parts[0] in COMPAT_FOLDERS:
+            item.add_marker(pytest.mark.compat)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     write_sections(terminalreporter)
 

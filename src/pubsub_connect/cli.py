@@ -23,6 +23,7 @@ from pubsub_connect.config.keys import WORKER_KEYS
 from pubsub_connect.io.services.kafka import JVM_ARTIFACTS
 from pubsub_connect.io.services.lifecycle import ALL_SERVICES, read_services, services_down, services_up
 from pubsub_connect.io.services.process import RunningService, ServiceError
+from pubsub_connect.io.spark_versions import UnsupportedSparkError, check_spark
 from pubsub_connect.model.error_text import first_line
 
 log = logging.getLogger("pubsub_connect")
@@ -319,6 +320,9 @@ def cmd_archive(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The commands that start Spark or resolve its jars: they stop at once on an unsupported Spark.
+SPARK_COMMANDS = frozenset({"run", "pipeline", "worker", "quickstart", "jars"})
+
 COMMANDS = {
     "validate": cmd_validate,
     "run": cmd_run,
@@ -341,7 +345,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
     return (ConfigError, ServiceError, ConnectorError, NotAvailableError, DataError, PubSubIOError,
-            ArtifactError, ConnectorBusyError)
+            ArtifactError, ConnectorBusyError, UnsupportedSparkError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -356,6 +360,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # in one line.
     logging.getLogger("py4j").setLevel(logging.INFO if args.debug else logging.CRITICAL)
     try:
+        if args.command in SPARK_COMMANDS:
+            check_spark()  # before anything imports what an unsupported Spark lacks
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

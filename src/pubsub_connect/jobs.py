@@ -37,6 +37,7 @@ from pubsub_connect import __version__
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.io.databricks_secrets import SECRET_SCOPE_ENV, SecretGetter, SecretResolver
+from pubsub_connect.io.spark_versions import UnsupportedSparkError, check_spark
 from pubsub_connect.model.error_text import first_line
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,29 @@ def load_run_config(connector_file: str, worker_file: str | None, overrides: Seq
     validated (never written anywhere), only for keys the configuration actually uses, and a
     ``--set`` of a key wins over the file's reference (which is then never read)."""
     return cfg.load([connector_file], worker_file, list(overrides), resolver.providers)
+
+
+#: The bundle's stand-ins for the deployment settings no default can fit (databricks.yml):
+#: (key, the variable's default, the variable). A job started with one would only retry against
+#: a broker or a project that is not there, so on Databricks it stops at once, naming the variable.
+BUNDLE_PLACEHOLDERS = (
+    ("bootstrap.servers", "localhost:9092", "kafka_bootstrap_servers"),
+    ("cps.project", "my-gcp-project", "gcp_project"),
+    ("pubsublite.project", "my-gcp-project", "gcp_project"),
+)
+
+
+def check_deployment_values(run_config: cfg.RunConfig) -> None:
+    """Refuse the bundle's placeholder values (:data:`BUNDLE_PLACEHOLDERS`) with one line naming
+    the bundle variable that sets them. Called on Databricks only: locally ``localhost:9092`` may
+    well be the broker."""
+    configs: list[cfg.ConnectorConfig | cfg.WorkerConfig] = [run_config.worker, *run_config.connectors]
+    for key, placeholder, variable in BUNDLE_PLACEHOLDERS:
+        for config in configs:
+            setting = config.settings.get(key)
+            if setting is not None and setting.value == placeholder:
+                raise ConfigError(f"{config.source}: {key}={placeholder} is the bundle's placeholder; deploy with "
+                                  f"--var {variable}=<value> (variable {variable} in databricks.yml)")
 
 
 def select_stages(kind: str, names: Sequence[str]) -> list[Any]:
@@ -114,16 +138,20 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pubsub_connect.pipelines.context import ConnectorError
     from pubsub_connect.pipelines.runtime import NotAvailableError
 
-    return (ConfigError, ConnectorError, NotAvailableError, DataError)
+    return (ConfigError, ConnectorError, NotAvailableError, DataError, UnsupportedSparkError)
 
 
 def run(args: argparse.Namespace, resolver: SecretResolver, emit: Callable[[str], None]) -> None:
-    """Load, resolve secrets, build the session and drive the selected stages."""
+    """Check the runtime's Spark, load, resolve secrets, build the session and drive the selected stages."""
+    check_spark()  # before anything imports what an unsupported Spark lacks
+    from pubsub_connect.io.spark import running_on_databricks
     from pubsub_connect.pipelines.runner.signals import install_stop_signals
     from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import apply_tasks_max, build_context
 
     run_config = load_run_config(args.connector, args.worker, args.overrides, resolver)
+    if running_on_databricks():
+        check_deployment_values(run_config)
     connector = run_config.connectors[0]
     stages = select_stages(connector.kind, args.stage)
     apply_tasks_max(run_config)

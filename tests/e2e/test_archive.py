@@ -983,6 +983,7 @@ def test_real_run_continues_a_store_the_original_wrote(tmp_path: Path, kafka_boo
         f"systest/2016-02-24/{topic}-{p:05d}-000000000003.gz" for p in range(2)]
 
 
+@pytest.mark.compat
 @pytest.mark.slow
 def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_bootstrap: str, unique_name: str,
                                                      spark: Any) -> None:

@@ -25,6 +25,7 @@ def _envelope(schema: dict, payload: object) -> bytes:
     return json.dumps({"schema": schema, "payload": payload}).encode()
 
 
+@pytest.mark.compat
 def test_bytes_values_with_key_metadata_and_headers(spark, kafka_bootstrap: str, tmp_path: Path,
                                                     unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=3)

@@ -35,6 +35,7 @@ def _publish_in_order(topic: str, messages: list) -> list[str]:
     return [publish(topic, [m])[0] for m in messages]
 
 
+@pytest.mark.compat
 def test_data_model_examples(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name)

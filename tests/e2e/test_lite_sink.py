@@ -178,11 +178,10 @@ def seed_bronze(root: Path, name: str, rows: list[dict[str, Any]]) -> None:
     """Land Kafka records in bronze directly, for records a broker cannot produce (offset -1,
     no timestamp, LogAppendTime on a CreateTime topic); the ingest stage then finds it existing."""
     from deltalake import write_deltalake
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    from pubsub_connect.model.schemas import KAFKA_BRONZE
+    from pubsub_connect.model.schemas import KAFKA_BRONZE, to_arrow
 
-    schema = to_arrow_schema(KAFKA_BRONZE, timezone="UTC")
+    schema = to_arrow(KAFKA_BRONZE)
     write_deltalake(str(root / "bronze" / name), pa.Table.from_pylist(rows, schema=schema), mode="append")
 
 
@@ -281,6 +280,7 @@ def _done(run: dict[str, Any], scenario: str) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.compat
 @pytest.mark.slow
 def test_data_model_and_default_routing(lite: LiteServer, sink_run: dict[str, Any]) -> None:
     """Key/data encoding by converter output, multi-valued header attributes, the Kafka

@@ -137,6 +137,7 @@ def source_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.compat
 @pytest.mark.slow
 def test_message_to_record_mapping(lite: LiteServer, kafka_bootstrap: str, source_run: dict[str, Any]) -> None:
     """Empty key → null, multi-valued attributes → repeated headers (sorted by name; values as

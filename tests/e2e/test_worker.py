@@ -133,6 +133,7 @@ def group_total(bootstrap: str, name: str, topic: str) -> int:
         groups.close()
 
 
+@pytest.mark.compat
 def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_bootstrap: str,
                                                       unique_name: str) -> None:
     topic = f"{unique_name}-in"

@@ -18,8 +18,8 @@ from pyspark.sql.types import (
 )
 
 from pubsub_connect.io.kafka.options import KafkaOptionsError
-from pubsub_connect.io.kafka.python_sink import KafkaWriteOptions
 from pubsub_connect.io.kafka.reader import read_kafka
+from pubsub_connect.io.kafka.write_options import KafkaWriteOptions
 from pubsub_connect.io.kafka.writer import write_kafka, write_kafka_stream
 from pubsub_connect.io.services.process import free_port
 from pubsub_connect.io.spark import Capabilities

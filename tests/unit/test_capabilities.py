@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pubsub_connect.io.spark import Capabilities, resolve_capabilities
+from pubsub_connect.io.spark import Capabilities, fallback_engine_available, resolve_capabilities
 
 LOCAL = Capabilities(native_kafka=False, native_delta=False)
 CLUSTER = Capabilities(native_kafka=True, native_delta=True, databricks=True)
@@ -18,6 +18,12 @@ def test_auto_keeps_what_was_detected() -> None:
 
 
 def test_forcing_python_implementations_on_a_cluster() -> None:
+    if not fallback_engine_available():  # Spark before 4.2: refused in one line
+        with pytest.raises(RuntimeError, match=r"^pipeline.kafka.implementation=python or "
+                           r"pipeline.tables.implementation=delta-rs: the fallback engine \(python kafka source, "
+                           r"delta-rs\) needs Spark 4.2 or newer, found 4\.[01]\.\d+$"):
+            resolve_capabilities(CLUSTER, "python", "delta-rs")
+        return
     forced = resolve_capabilities(CLUSTER, "python", "delta-rs")
     assert (forced.native_kafka, forced.native_delta, forced.databricks) == (False, False, True)
 

@@ -140,7 +140,7 @@ def test_spec_names_absolute_files_and_the_effective_worker(tmp_path: Path, monk
         "libraries": [{"glob": {"include": "definitions.py"}}],
     }
     source = (root / "spec" / "definitions.py").read_text()
-    assert "define(spark, dp, _run_config, _store)" in source
+    assert "define(_spark, dp, _run_config, _store)" in source
 
 
 def test_errors_tolerance_none_fails_the_flow_naming_the_record(spark) -> None:

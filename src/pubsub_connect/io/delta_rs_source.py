@@ -31,6 +31,8 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from pubsub_connect.model.schemas import to_arrow
+
 FORMAT_NAME = "pubsub_connect_delta"
 _READ_BATCH_ROWS = 65_536
 
@@ -120,9 +122,8 @@ class FilesPartition(InputPartition):
 def _read_files(files: Sequence[str], schema: StructType) -> Iterator[pa.RecordBatch]:
     """Stream the files' rows as Arrow batches conformed to ``schema`` (order and types)."""
     import pyarrow.parquet as pq
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    target = to_arrow_schema(schema, timezone="UTC")
+    target = to_arrow(schema)
     for file in files:
         filesystem, path = _filesystem(file)
         with filesystem.open_input_file(path) as handle:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.io import artifacts, class_data_archive
+from pubsub_connect.io.spark_versions import python_stream_admission_control, release_line
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -130,6 +131,16 @@ def _jvm_has_class(spark: SparkSession, class_name: str) -> bool:
         return False
 
 
+def fallback_engine_available() -> bool:
+    """Whether this PySpark can run the fallback engine: its Kafka and Delta sources are Python
+    streaming sources with read limits and ``availableNow``, which Spark has from 4.2."""
+    return python_stream_admission_control()
+
+
+def fallback_unavailable() -> str:
+    """Why this PySpark cannot run the fallback engine, in words for a one-line error."""
+    return f"the fallback engine (python kafka source, delta-rs) needs Spark 4.2 or newer, found {_pyspark_version()}"
+
 _CACHE: dict[int, Capabilities] = {}
 
 
@@ -161,6 +172,9 @@ def resolve_capabilities(detected: Capabilities, kafka_impl: str = "auto", table
     """Apply explicit choices on top of what was detected; asking for a missing native fails."""
     native_kafka = detected.native_kafka
     native_delta = detected.native_delta
+    if (kafka_impl == "python" or table_impl == "delta-rs") and not fallback_engine_available():
+        raise RuntimeError(f"pipeline.kafka.implementation=python or pipeline.tables.implementation=delta-rs: "
+                           f"{fallback_unavailable()}")
     if kafka_impl == "native" and not native_kafka:
         raise RuntimeError("pipeline.kafka.implementation=native but Spark's Kafka connector is not on the classpath")
     if table_impl == "delta-spark" and not native_delta:
@@ -193,9 +207,19 @@ def _delta_version() -> str:
         return DEFAULT_DELTA_VERSION
 
 
+def delta_coordinate(spark_line: str, delta_version: str) -> artifacts.Coordinate:
+    """Delta Lake's jar for a Spark line: from Delta 4.1 on, one release is built for several Spark
+    lines and the artifact names the line (``delta-spark_4.2_2.13``); before, one artifact per
+    release (``delta-spark_2.13``, Delta 4.0 for Spark 4.0)."""
+    if release_line(delta_version) >= (4, 1):
+        return artifacts.Coordinate("io.delta", f"delta-spark_{spark_line}_2.13", delta_version)
+    return artifacts.Coordinate("io.delta", "delta-spark_2.13", delta_version)
+
+
 def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.ArtifactSet:
     """Spark's Kafka connector and Delta Lake for the installed PySpark: the same coordinates as
-    ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>``.
+    ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>``
+    (see :func:`delta_coordinate`).
     """
     spark_version = _pyspark_version()
     major_minor = ".".join(spark_version.split(".")[:2])
@@ -203,7 +227,7 @@ def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.Artifa
     if kafka:
         coordinates.append(artifacts.Coordinate("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark_version))
     if delta:
-        coordinates.append(artifacts.Coordinate("io.delta", f"delta-spark_{major_minor}_2.13", _delta_version()))
+        coordinates.append(delta_coordinate(major_minor, _delta_version()))
     name = "spark-" + "-".join(part for part, on in (("kafka", kafka), ("delta", delta)) if on)
     return artifacts.ArtifactSet(name, tuple(coordinates), provided_dirs=(artifacts.pyspark_jars_dir(),))
 
@@ -233,6 +257,8 @@ def local_connector_conf(conf: dict[str, str], kafka_impl: str = "auto", table_i
     except artifacts.ArtifactError as exc:
         if kafka_impl == "native" or table_impl == "delta-spark":
             raise
+        if not fallback_engine_available():
+            raise artifacts.ArtifactError(f"{exc}; {fallback_unavailable()}") from None
         message = (f"Spark's Kafka connector and Delta Lake are not available ({exc}); "
                    "using the fallback: python kafka source, delta-rs")
         (report or log.warning)(message)

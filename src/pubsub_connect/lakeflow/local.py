@@ -38,6 +38,7 @@ from pathlib import Path
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import MASK, ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
+from pubsub_connect.io.spark_versions import has_declarative_pipelines, installed_pyspark
 from pubsub_connect.lakeflow.conf import pipeline_configuration, pipeline_root, pipeline_store, pipeline_warehouse
 from pubsub_connect.lakeflow.datasets import check_declarable
 from pubsub_connect.model.error_text import clean_error
@@ -225,6 +226,10 @@ def run_pipeline(run_config: cfg.RunConfig, connector_file: str, worker_file: st
     from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context
 
+    if not has_declarative_pipelines():
+        raise ConfigError(f"declarative pipelines need Spark 4.1 or newer (pyspark.pipelines), found "
+                          f"{installed_pyspark()}; on Databricks they run on the pipeline runtime of their "
+                          "channel, not on the job clusters' runtime")
     if len(run_config.connectors) != 1:
         raise ConfigError("pipeline run takes one connector file")
     config = run_config.connectors[0]

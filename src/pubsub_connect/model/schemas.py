@@ -12,6 +12,8 @@ same order as before, since column order is part of the contract.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -157,6 +159,24 @@ LITE_KAFKA_OUTBOX = StructType([
 ])
 
 
+@functools.cache
+def _arrow_schema_takes_timezone() -> bool:
+    """PySpark 4.2 names the timestamps' zone (``timezone=``); 4.0 and 4.1 only had a flag for UTC,
+    on by default. Asked of the installed function's signature, not of a version number."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return "timezone" in inspect.signature(to_arrow_schema).parameters
+
+
+def _spark_arrow_schema(struct: StructType) -> pa.Schema:
+    """Spark's own Spark-to-Arrow mapping with UTC timestamps, on every supported PySpark."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    if _arrow_schema_takes_timezone():
+        return to_arrow_schema(struct, timezone="UTC")
+    return to_arrow_schema(struct)  # timestamp_utc=True: the same UTC microseconds
+
+
 def to_arrow(struct: StructType, *, required: Iterable[str] = ()) -> pa.Schema:
     """The Arrow schema of ``struct`` (timestamps as UTC microseconds, Spark's own mapping).
 
@@ -165,9 +185,8 @@ def to_arrow(struct: StructType, *, required: Iterable[str] = ()) -> pa.Schema:
     the batches keep saying which columns can never be null. Imports pyarrow only when called.
     """
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = to_arrow_schema(struct, timezone="UTC")
+    schema = _spark_arrow_schema(struct)
     required = set(required)
     unknown = required - set(schema.names)
     if unknown:

@@ -37,8 +37,9 @@ from pubsub_connect.io import checkpoints
 from pubsub_connect.io.checkpoints import lite_start_path
 from pubsub_connect.io.kafka.admin import partition_count
 from pubsub_connect.io.pubsublite.connection import LiteIOError
-from pubsub_connect.io.pubsublite.data_source import LiteReadOptions, read_lite
+from pubsub_connect.io.pubsublite.data_source import read_lite
 from pubsub_connect.io.pubsublite.offsets import OffsetClient
+from pubsub_connect.io.pubsublite.read_options import LiteReadOptions
 from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
 from pubsub_connect.model.frames import map_in_arrow
 from pubsub_connect.model.lite.arrow import kafka_outbox_batch
@@ -84,6 +85,7 @@ def read_options(ctx: PipelineContext, config: ConnectorConfig, floor: dict[int,
         flow_bytes=int(config.get("pubsublite.partition_flow_control.bytes")),
         max_messages_per_trigger=int(ctx.worker.get("pipeline.max.records.per.batch")),
         starting=floor,
+        until_heads=ctx.once,
     )
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+
+#: How long :meth:`ObservedCounts.from_action` waits for metrics that have not reached the driver yet.
+METRICS_WAIT_MS = 2_000
 
 
 class ObservedCounts:
@@ -41,9 +44,23 @@ class ObservedCounts:
         source converts look up what the outbox already holds) counts differently when computed
         again afterwards, so its caller must not take a job's counts in their place."""
         java = getattr(self._observation, "_jo", None)
-        if java is not None and java.future().isCompleted():
-            return {name: int(value) for name, value in self._observation.get.items()}
-        return None
+        if java is None or not self._metrics_arrived(java.future()):
+            return None
+        return {name: int(value) for name, value in self._observation.get.items()}
+
+    def _metrics_arrived(self, future: Any) -> bool:
+        """Whether the observation's metrics are in, waiting up to :data:`METRICS_WAIT_MS` for them:
+        Spark 4.0 and 4.1 hand them over on the listener bus, after the action has returned (on a
+        busy machine, measurably later), while 4.2 has them when the action returns. A frame that
+        no action read never gets them, hence a bounded wait."""
+        if future.isCompleted():
+            return True
+        scala = self._df.sparkSession.sparkContext._jvm.scala  # type: ignore[attr-defined]
+        try:
+            scala.concurrent.Await.ready(future, scala.concurrent.duration.Duration.apply(METRICS_WAIT_MS, "ms"))
+        except Exception:  # Py4JJavaError carrying Java's TimeoutException
+            return False
+        return bool(future.isCompleted())
 
     def values(self) -> dict[str, int]:
         """The counts, from the action that read :attr:`observed` when it finished, else by a job."""

@@ -1,5 +1,5 @@
-"""The fallback engine as Spark sees it: the Python data source ``pubsub_connect_kafka``, and the
-choice between it and Spark's native ``kafka`` format.
+"""The fallback engine as Spark sees it: the Python data source ``pubsub_connect_kafka``
+(:mod:`pubsub_connect.io.kafka.engine` chooses between it and Spark's native ``kafka`` format).
 
 Why this module exists: locally the product loads Spark's own Kafka connector from Maven Central
 and Databricks has it built in; a machine without an artifact repository has neither and runs
@@ -15,17 +15,17 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from pubsub_connect.io.kafka.options import KafkaOptionsError, lower_keys, parse_bool
-from pubsub_connect.io.kafka.python_sink import KafkaBatchWriter, KafkaStreamWriter, KafkaWriteOptions
+from pubsub_connect.io.kafka.python_sink import KafkaBatchWriter, KafkaStreamWriter
 from pubsub_connect.io.kafka.python_source import KafkaBatchReader, KafkaStreamReader
 from pubsub_connect.io.kafka.read_options import KAFKA_SCHEMA, KAFKA_SCHEMA_NO_HEADERS, KafkaReadOptions
-from pubsub_connect.io.spark import Capabilities, capabilities
+from pubsub_connect.io.kafka.write_options import KafkaWriteOptions
+
+#: Short name of the Python data source; distinct from Spark's built-in ``kafka``.
+SOURCE_NAME = "pubsub_connect_kafka"
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter
-
-#: Short name of the Python data source; distinct from Spark's built-in ``kafka``.
-SOURCE_NAME = "pubsub_connect_kafka"
 
 
 class KafkaDataSource(DataSource):
@@ -58,19 +58,11 @@ class KafkaDataSource(DataSource):
 _REGISTERED: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession) -> str:
     """Register the Python Kafka data source on ``spark``, once per session (Spark would
-    accept a re-registration but logs a warning each time)."""
-    if spark in _REGISTERED:
-        return
-    spark.dataSource.register(KafkaDataSource)
-    _REGISTERED.add(spark)
-
-
-def spark_format(spark: SparkSession, caps: Capabilities | None) -> str:
-    """``kafka`` when the JVM has Spark's connector, else this module's data source (registered)."""
-    caps = caps or capabilities(spark)
-    if caps.native_kafka:
-        return "kafka"
-    register(spark)
+    accept a re-registration but logs a warning each time); returns its format name."""
+    if spark not in _REGISTERED:
+        spark.dataSource.register(KafkaDataSource)
+        _REGISTERED.add(spark)
     return SOURCE_NAME
+

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from pubsub_connect.io.kafka.librdkafka import with_client_logger
 from pubsub_connect.io.kafka.offsets import KafkaInputPartition
 from pubsub_connect.io.kafka.read_options import KafkaReadOptions, report_data_loss
+from pubsub_connect.model.schemas import to_arrow
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from confluent_kafka import Consumer, Message
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +28,6 @@ _ARROW_BATCH_RECORDS = 10_000
 #: How long a task tolerates a high watermark below its planned range before calling it data
 #: loss: on a real cluster a new partition leader can briefly report a lower watermark.
 _DATA_LOSS_GRACE_S = 5.0
-
-
-def _arrow_schema(schema: StructType) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema, timezone="UTC")
 
 
 class ArrowBatchBuilder:
@@ -93,7 +87,7 @@ def read_partition(opts: KafkaReadOptions, part: KafkaInputPartition) -> Iterato
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     topic, partition, until = part.topic, part.partition, part.end
-    builder = ArrowBatchBuilder(topic, partition, _arrow_schema(opts.schema), opts.include_headers)
+    builder = ArrowBatchBuilder(topic, partition, to_arrow(opts.schema), opts.include_headers)
     # Bound read-ahead to the range (librdkafka would otherwise prefetch up to 64 MB beyond it),
     # and resume fetching as soon as the bounded queue drains, not after the default 1 s pause.
     read_ahead = max(1, min(until - part.start, 100_000))

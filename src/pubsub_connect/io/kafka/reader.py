@@ -1,7 +1,7 @@
 """Kafka DataFrames for the pipelines: Spark's native ``kafka`` source, or the fallback engine's.
 
 Pipelines call :func:`read_kafka` only; it picks the native ``kafka`` format when the JVM has it
-and otherwise the Python data source (:mod:`pubsub_connect.io.kafka.datasource`), with the same
+and otherwise the Python data source (:mod:`pubsub_connect.io.kafka.datasource`, imported only then), with the same
 options, the same output schema and the same offset semantics, so a pipeline cannot tell which one
 ran. The writing side is :mod:`pubsub_connect.io.kafka.writer`.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pubsub_connect.io.kafka.datasource import SOURCE_NAME, spark_format
+from pubsub_connect.io.kafka.engine import NATIVE_FORMAT, spark_format
 from pubsub_connect.io.kafka.read_options import KafkaReadOptions
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ def read_kafka(spark: SparkSession, options: dict[str, str], *, streaming: bool 
     wherever the pipeline runs.
     """
     fmt = spark_format(spark, caps)
-    KafkaReadOptions.parse(options, streaming=streaming, python_client=fmt == SOURCE_NAME)
-    if fmt != SOURCE_NAME:
+    KafkaReadOptions.parse(options, streaming=streaming, python_client=fmt != NATIVE_FORMAT)
+    if fmt == NATIVE_FORMAT:
         options = {**NATIVE_CONSUMER_DEFAULTS, **options}
     reader = spark.readStream if streaming else spark.read
     return reader.format(fmt).options(**options).load()

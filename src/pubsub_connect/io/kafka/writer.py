@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.io.kafka.datasource import SOURCE_NAME, spark_format
+from pubsub_connect.io.kafka.engine import NATIVE_FORMAT, spark_format
 from pubsub_connect.io.kafka.options import KafkaOptionsError
-from pubsub_connect.io.kafka.python_sink import KafkaWriteOptions
+from pubsub_connect.io.kafka.write_options import KafkaWriteOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -23,7 +23,7 @@ def write_kafka(df: DataFrame, options: dict[str, str], *, caps: Capabilities | 
     """Write a batch DataFrame with the Kafka sink's columns (``key``, ``value``, optional
     ``topic``, ``partition``, ``headers``); returns once every record was acknowledged."""
     fmt = spark_format(df.sparkSession, caps)
-    KafkaWriteOptions.parse(options, df.schema, python_client=fmt == SOURCE_NAME)
+    KafkaWriteOptions.parse(options, df.schema, python_client=fmt != NATIVE_FORMAT)
     df.write.format(fmt).mode("append").options(**options).save()
 
 
@@ -39,7 +39,7 @@ def write_kafka_stream(df: DataFrame, options: dict[str, str], checkpoint_locati
     ``{"availableNow": True}`` or ``{"processingTime": "1 second"}``.
     """
     fmt = spark_format(df.sparkSession, caps)
-    KafkaWriteOptions.parse(options, df.schema, python_client=fmt == SOURCE_NAME)
+    KafkaWriteOptions.parse(options, df.schema, python_client=fmt != NATIVE_FORMAT)
     writer = df.writeStream.format(fmt).options(**options).option("checkpointLocation", checkpoint_location)
     if trigger:
         unknown = set(trigger) - set(_TRIGGER_KEYS)

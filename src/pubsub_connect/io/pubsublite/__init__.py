@@ -27,5 +27,7 @@ What the Lite pipelines need from the service, and where each is done:
   flow-control tokens for no more than the range. The high-level subscriber cannot do this: it
   always starts at the committed cursor and acknowledges through it, while the source keeps its
   offsets in the Spark checkpoint and must be able to replay any planned range.
-* ``data_source``: Lite as a Spark streaming source (the pull stage's reader).
+* ``data_source``: Lite as a Spark streaming source (the pull stage's reader), with its options
+  (``read_options``) and its micro-batch reader: ``stream_reader`` on every supported Spark,
+  ``admission_control`` where Spark caps Python sources' batches (4.2+).
 """
