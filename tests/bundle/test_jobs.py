@@ -193,6 +193,15 @@ def _bundle_job(stage: str) -> list[str]:
             "--stage", stage]
 
 
+def _stopped_by_a_user_error(secrets: FakeSecrets, capsys: pytest.CaptureFixture[str]) -> str:
+    """Run the bundle's publish task (its stage name misspelt) and return what it printed on
+    stderr, once it stopped with the exit code of a user's error."""
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
+    assert exit_info.value.code == jobs.EXIT_USER_ERROR
+    return capsys.readouterr().err
+
+
 def test_on_databricks_a_placeholder_of_the_bundle_stops_the_task_naming_its_variable(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A deploy without --var kafka_bootstrap_servers / gcp_project must not leave the tasks
@@ -204,19 +213,13 @@ def test_on_databricks_a_placeholder_of_the_bundle_stops_the_task_naming_its_var
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
     secrets = FakeSecrets({("pubsub-connect", "gcp-credentials-json"): GCP_JSON})
     worker = Path(_bundle_job("publsh")[3])
-    with pytest.raises(SystemExit) as exit_info:
-        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
-    assert exit_info.value.code == jobs.EXIT_USER_ERROR
-    assert capsys.readouterr().err == (
+    assert _stopped_by_a_user_error(secrets, capsys) == (
         f"error: {worker}: bootstrap.servers=localhost:9092 is the bundle's placeholder; deploy with "
         "--var kafka_bootstrap_servers=<value> (variable kafka_bootstrap_servers in databricks.yml)\n")
 
     monkeypatch.setenv("PUBSUB_CONNECT_BOOTSTRAP_SERVERS", "broker-1.example.com:9093")
     connector = Path(_bundle_job("publsh")[1])
-    with pytest.raises(SystemExit) as exit_info:
-        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
-    assert exit_info.value.code == jobs.EXIT_USER_ERROR
-    assert capsys.readouterr().err == (
+    assert _stopped_by_a_user_error(secrets, capsys) == (
         f"error: {connector}: cps.project=my-gcp-project is the bundle's placeholder; deploy with "
         "--var gcp_project=<value> (variable gcp_project in databricks.yml)\n")
 
@@ -229,8 +232,5 @@ def test_off_databricks_the_same_values_are_left_alone(monkeypatch: pytest.Monke
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     secrets = FakeSecrets({("pubsub-connect", "gcp-credentials-json"): GCP_JSON})
-    with pytest.raises(SystemExit) as exit_info:
-        jobs.main(_bundle_job("publsh"), secret_getter=secrets)
-    assert exit_info.value.code == jobs.EXIT_USER_ERROR
-    assert capsys.readouterr().err == (
+    assert _stopped_by_a_user_error(secrets, capsys) == (
         "error: unknown stage(s) ['publsh'] for a cps_sink connector (stages: ingest, convert, publish)\n")

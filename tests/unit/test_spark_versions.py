@@ -182,7 +182,7 @@ def test_without_jars_an_older_spark_refuses_the_fallback_in_one_line(monkeypatc
 
     monkeypatch.setattr(artifacts, "resolve", unreachable)
     monkeypatch.setattr(spark, "fallback_engine_available", lambda: False)
-    monkeypatch.setattr(spark, "_pyspark_version", lambda: "4.0.1")
+    monkeypatch.setattr(spark_versions, "installed_pyspark", lambda: "4.0.1")
     with pytest.raises(artifacts.ArtifactError) as raised:
         spark.local_connector_conf({})
     assert str(raised.value) == ("Maven Central is unreachable; the fallback engine (python kafka source, delta-rs) "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.io import artifacts, class_data_archive
+from pubsub_connect.io import artifacts, class_data_archive, spark_versions
 from pubsub_connect.io.spark_versions import python_stream_admission_control, release_line
 
 if TYPE_CHECKING:
@@ -139,7 +139,9 @@ def fallback_engine_available() -> bool:
 
 def fallback_unavailable() -> str:
     """Why this PySpark cannot run the fallback engine, in words for a one-line error."""
-    return f"the fallback engine (python kafka source, delta-rs) needs Spark 4.2 or newer, found {_pyspark_version()}"
+    found = spark_versions.installed_pyspark()
+    return f"the fallback engine (python kafka source, delta-rs) needs Spark 4.2 or newer, found {found}"
+
 
 _CACHE: dict[int, Capabilities] = {}
 
@@ -190,12 +192,6 @@ def resolve_capabilities(detected: Capabilities, kafka_impl: str = "auto", table
 DEFAULT_DELTA_VERSION = "4.4.0"
 
 
-def _pyspark_version() -> str:
-    import pyspark
-
-    return pyspark.__version__
-
-
 def _delta_version() -> str:
     """The Delta Lake release that pairs with the installed ``delta-spark`` Python package (the jar
     and the Python API must be the same release, as ``configure_spark_with_delta_pip`` assumes)."""
@@ -221,7 +217,7 @@ def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.Artifa
     ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>``
     (see :func:`delta_coordinate`).
     """
-    spark_version = _pyspark_version()
+    spark_version = spark_versions.installed_pyspark()
     major_minor = ".".join(spark_version.split(".")[:2])
     coordinates = []
     if kafka:
