@@ -54,6 +54,13 @@ def created_table_properties(properties: Mapping[str, str] | None) -> dict[str, 
     return {**STAGE_TABLE_PROPERTIES, **(properties or {})}
 
 
+def create_table_sql(name: str, schema: StructType, properties: Mapping[str, str]) -> str:
+    """``CREATE TABLE`` of a Delta table under a (quoted) catalog name: fails when it exists."""
+    columns = ", ".join(f"`{f.name.replace('`', '``')}` {f.dataType.simpleString()}" for f in schema.fields)
+    tblproperties = ", ".join(f"'{key}' = '{value}'" for key, value in properties.items())
+    return f"CREATE TABLE {name} ({columns}) USING delta TBLPROPERTIES ({tblproperties})"
+
+
 @dataclass(frozen=True)
 class TableRef:
     """A connector's table: ``kind`` is bronze | outbox | dlq, ``connector`` the connector name."""
@@ -284,13 +291,17 @@ class SparkDeltaTableStore(TableStore):
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append. ``create``, not ``createIfNotExists``: it fails when the
         # table exists, so a success means this store made it, empty.
-        builder = DeltaTable.create(self.spark).addColumns(schema)
-        for key, value in created_table_properties(properties).items():
-            builder = builder.property(key, value)
         name = self.table_name(table)
-        builder = builder.tableName(name.replace("`", "")) if name else builder.location(self.path(table))
         try:
-            builder.execute()
+            if name:
+                # SQL, not DeltaTableBuilder.tableName: open-source Delta parses that name as
+                # [database.]table and refuses a catalog's three-level name
+                self.spark.sql(create_table_sql(name, schema, created_table_properties(properties)))
+            else:
+                builder = DeltaTable.create(self.spark).addColumns(schema).location(self.path(table))
+                for key, value in created_table_properties(properties).items():
+                    builder = builder.property(key, value)
+                builder.execute()
         except Exception as exc:  # a concurrent stage created it first
             if not self.exists(table):
                 raise RuntimeError(f"cannot create table {name or self.path(table)}: {exc}") from exc
