@@ -22,7 +22,6 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pubsub_connect.io.kafka.offsets import rate_limit
 from pubsub_connect.io.pubsublite.offsets import offsets_from_json, offsets_to_json
 from pubsub_connect.io.pubsublite.read_options import LiteReadOptions
 from pubsub_connect.io.pubsublite.stream_reader import LiteInputPartition, LiteStreamReader, log
@@ -50,19 +49,12 @@ class AdmissionControlledLiteStreamReader(LiteStreamReader, SupportsTriggerAvail
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # type: ignore[override]
         begin = offsets_from_json(start)
-        count = self.client.partition_count()
-        new = [p for p in range(count) if p not in begin]
         if self._target is not None:
             heads = {p: self._target[p] for p in begin if p in self._target}
         else:
             heads = self.client.head_offsets(sorted(begin))
-        end = self._plan(begin, heads, capped=True)
-        self._latest = dict(heads)
-        if isinstance(limit, ReadMaxRows):
-            end = rate_limit(begin, end, limit.max_rows)
-        if new:  # joins at its start position; nothing is read from it in this batch
-            end.update(self._start_positions(new))
-        return offsets_to_json(end)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return self._plan_batch(begin, heads, self.client.partition_count(), capped=True, max_rows=max_rows)
 
     def reportLatestOffset(self) -> dict[str, int] | None:
         return offsets_to_json(self._latest) if self._latest is not None else None

@@ -109,13 +109,24 @@ class LiteStreamReader(DataSourceStreamReader):
         self._next_start = start
         return offsets_to_json(start)
 
-    def _plan(self, begin: dict[int, int], heads: dict[int, int], capped: bool) -> dict[int, int]:
-        """Each partition's end from ``begin``: the heads, capped by flow control unless not ``capped``."""
-        if not capped:
-            return plan_end(begin, heads, LONG_MAX)
-        limit_bytes = self.opts.flow_bytes < LONG_MAX
-        return plan_end(begin, heads, self.opts.flow_messages,
-                        self.client.range_bytes if limit_bytes else None, self.opts.flow_bytes)
+    def _plan_batch(self, begin: dict[int, int], heads: dict[int, int], count: int, *, capped: bool,
+                    max_rows: int | None) -> dict[str, int]:
+        """The batch's end from ``begin``: each partition's head, capped by flow control when
+        ``capped`` and by ``max_rows`` in all; a partition of the ``count`` that ``begin`` lacks
+        joins at its start position, nothing read from it in this batch. Both readers plan so."""
+        if capped:
+            limit_bytes = self.opts.flow_bytes < LONG_MAX
+            end = plan_end(begin, heads, self.opts.flow_messages,
+                           self.client.range_bytes if limit_bytes else None, self.opts.flow_bytes)
+        else:
+            end = plan_end(begin, heads, LONG_MAX)
+        if max_rows:
+            end = rate_limit(begin, end, max_rows)
+        new = [p for p in range(count) if p not in begin]
+        if new:
+            end.update(self._start_positions(new))
+        self._latest = dict(heads)
+        return offsets_to_json(end)
 
     def latestOffset(self) -> dict[str, int]:
         """The next batch's end (Spark 4.0 and 4.1, which give no start)."""
@@ -124,14 +135,9 @@ class LiteStreamReader(DataSourceStreamReader):
             self._next_start = self._start_positions(range(count))
         begin = dict(self._next_start)
         heads = self.client.head_offsets(sorted(begin))
-        end = self._plan(begin, heads, capped=not self.opts.until_heads)
-        if self.opts.max_messages_per_trigger and not self.opts.until_heads:
-            end = rate_limit(begin, end, self.opts.max_messages_per_trigger)
-        new = [p for p in range(count) if p not in begin]
-        if new:  # joins at its start position; nothing is read from it in this batch
-            end.update(self._start_positions(new))
-        self._latest = heads
-        return offsets_to_json(end)
+        until_heads = self.opts.until_heads
+        return self._plan_batch(begin, heads, count, capped=not until_heads,
+                                max_rows=None if until_heads else self.opts.max_messages_per_trigger)
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         begin = offsets_from_json(start)
