@@ -62,3 +62,22 @@ def batches_of_one_stage_run(spark, bootstrap: str, root: Path,
     query = stage(context(spark, bootstrap, root, **worker), connector)
     query.awaitTermination()
     return sum(1 for progress in query.recentProgress if progress["numInputRows"])
+
+
+def scenarios_to_run(request: Any, scenarios_of_test: dict[str, set[str]]) -> set[str]:
+    """The scenarios a module-scoped fixture (``request.fixturename``) must prepare and run for
+    the tests this session will run: the union of ``scenarios_of_test`` over the selected tests
+    that use the fixture.
+
+    A module fixture that runs every scenario in one ``pubsub-connect run`` pays a Spark driver
+    and a kill cycle per scenario whether or not a test reads the result; a session that selects
+    one test of the module (the compatibility subset on every Spark line, ``-k``) runs only its
+    scenarios. A test that uses the fixture but is missing from the table is an error here, not a
+    scenario silently left out."""
+    fixture = request.fixturename
+    users = [item for item in request.session.items
+             if getattr(item, "module", None) is request.module and fixture in getattr(item, "fixturenames", ())]
+    unknown = sorted({item.originalname for item in users} - set(scenarios_of_test))
+    if unknown:
+        raise AssertionError(f"{fixture}: no scenarios listed for {unknown}")
+    return set().union(*(scenarios_of_test[item.originalname] for item in users))

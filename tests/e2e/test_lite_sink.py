@@ -29,6 +29,7 @@ import pytest
 from confluent_kafka import Producer
 from google.protobuf import json_format, struct_pb2
 
+from e2e.harness import scenarios_to_run
 from integration.kafka_helpers import create_topic
 from lite_server import LiteServer
 
@@ -213,10 +214,24 @@ KAFKA_MODE_RECORDS = [{"key": None if i % 4 == 0 else f"k{i % 5}".encode(), "val
 RECOVERY_TOTAL = 600
 
 
+#: The scenarios of the module fixture each test reads.
+SINK_SCENARIOS = {
+    "test_data_model_and_default_routing": {"model"},
+    "test_issue_examples": {"model"},
+    "test_kafka_ordering_mode": {"kafka_mode"},
+    "test_kafka_ordering_mode_with_too_few_lite_partitions_stops_at_start_up": {"too_few"},
+    "test_kill_9_while_publishing_then_restart_loses_nothing": {"recovery"},
+}
+
+
 @pytest.fixture(scope="module")
-def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Every sink scenario, prepared and run; returns names, paths and the final run's result."""
+def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory,
+             request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The sink scenarios the selected tests read, prepared and run; returns names, paths and the
+    final run's result."""
     import uuid
+
+    wanted = scenarios_to_run(request, SINK_SCENARIOS)
 
     tmp_path = tmp_path_factory.mktemp("lite-sink")
     tag = f"t{uuid.uuid4().hex[:8]}"
@@ -261,12 +276,14 @@ def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.Te
 
     # Run 1: kill -9 the recovery connector while it publishes (``--once`` runs the stages one
     # after the other, so ingest and convert are complete and the publish has just begun).
-    kill_after(["run", "--once", "--worker", str(worker), str(files["recovery"])], lite, tmp_path / "recovery.log",
-               f"[{names['recovery']}.publish] batch=0 ")
+    if "recovery" in wanted:
+        kill_after(["run", "--once", "--worker", str(worker), str(files["recovery"])], lite,
+                   tmp_path / "recovery.log", f"[{names['recovery']}.publish] batch=0 ")
     published_before_restart = sum(lite.head(lite_path("topics", names["recovery"]), p) for p in range(3))
-    # Run 2: everything; the recovery connector restarts first, too_few (which fails) comes last.
+    # Run 2: every wanted scenario; the recovery connector restarts first, too_few (which fails)
+    # comes last.
     result = cli(["run", "--once", "--worker", str(worker),
-                  *(str(files[k]) for k in ("recovery", "model", "kafka_mode", "too_few"))], lite)
+                  *(str(files[k]) for k in ("recovery", "model", "kafka_mode", "too_few") if k in wanted)], lite)
     return {"names": names, "root": root, "result": result, "published_before_restart": published_before_restart}
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from google.cloud.pubsublite_v1.types import common
 
-from e2e.harness import batches_of_one_stage_run, context
+from e2e.harness import batches_of_one_stage_run, context, scenarios_to_run
 from e2e.test_lite_sink import (
     cli,
     kill_after,
@@ -94,10 +94,24 @@ def recovery_messages(seqs: range) -> dict[int, list[Any]]:
     return {p: [message(b"k%d" % (i % 5), b"seq-%d" % i) for i in seqs if i % 3 == p] for p in range(3)}
 
 
+#: The scenarios of the module fixture each test reads.
+SOURCE_SCENARIOS = {
+    "test_message_to_record_mapping": {"model"},
+    "test_same_key_same_partition_null_keys_round_robin": {"model"},
+    "test_partition_flow_control_bounds_each_pull_batch": {"model"},
+    "test_cursors_are_committed_after_bronze": {"model"},
+    "test_kill_9_mid_pull_then_restart_exactly_once": {"recovery"},
+}
+
+
 @pytest.fixture(scope="module")
-def source_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """Both source scenarios, prepared and run; returns names, paths, observations."""
+def source_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory,
+               request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The source scenarios the selected tests read, prepared and run; returns names, paths,
+    observations."""
     import uuid
+
+    wanted = scenarios_to_run(request, SOURCE_SCENARIOS)
 
     tmp_path = tmp_path_factory.mktemp("lite-source")
     tag = f"t{uuid.uuid4().hex[:8]}"
@@ -118,16 +132,19 @@ def source_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.
         "model": source_connector(tmp_path, names["model"], lite, names["model"], **{
             "pubsublite.partition_flow_control.messages": "3", "pubsublite.partition_flow_control.bytes": "250"}),
     }
-    # Run 1: the recovery connector's pull stage alone, killed after two batches.
-    kill_after(["run", "--stage", "pull", "--worker", str(worker), str(files["recovery"])], lite,
-               tmp_path / "pull.log", f"[{names['recovery']}.pull] batch=1 ")
-    subscription = lite_path("subscriptions", names["recovery"])
-    after_kill = {"cursors": [lite.committed_cursor(subscription, p) for p in range(3)],
-                  "bronze": read_table(root, "bronze", names["recovery"])}
-    for partition, batch in recovery_messages(range(RECOVERY_FIRST, RECOVERY_TOTAL)).items():
-        lite.publish(lite_path("topics", names["recovery"]), partition, batch)
-    # Run 2: both connectors, every stage.
-    result = cli(["run", "--once", "--worker", str(worker), str(files["recovery"]), str(files["model"])], lite)
+    after_kill: dict[str, Any] = {}
+    if "recovery" in wanted:
+        # Run 1: the recovery connector's pull stage alone, killed after two batches.
+        kill_after(["run", "--stage", "pull", "--worker", str(worker), str(files["recovery"])], lite,
+                   tmp_path / "pull.log", f"[{names['recovery']}.pull] batch=1 ")
+        subscription = lite_path("subscriptions", names["recovery"])
+        after_kill = {"cursors": [lite.committed_cursor(subscription, p) for p in range(3)],
+                      "bronze": read_table(root, "bronze", names["recovery"])}
+        for partition, batch in recovery_messages(range(RECOVERY_FIRST, RECOVERY_TOTAL)).items():
+            lite.publish(lite_path("topics", names["recovery"]), partition, batch)
+    # Run 2: every wanted connector, every stage.
+    result = cli(["run", "--once", "--worker", str(worker),
+                  *(str(files[k]) for k in ("recovery", "model") if k in wanted)], lite)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-4000:]
     return {"names": names, "root": root, "after_kill": after_kill}
 
