@@ -21,6 +21,7 @@ from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, s
 from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from pubsub_connect.io.services.s3 import start_s3
+from schedule import longest_files_first
 from timings import hand_over, take_over, write_sections
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if Path(item.path).relative_to(REPO_ROOT / "tests").parts[0] in COMPAT_FOLDERS:
             item.add_marker(pytest.mark.compat)
+    longest_files_first(items, REPO_ROOT / "tests")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -1,0 +1,64 @@
+"""The order in which the suite hands its test files to the pytest-xdist workers: longest first.
+
+Each worker takes whole files (``--dist=loadfile``) from one queue. pytest-xdist orders that queue
+by the number of tests in a file unless told otherwise, which puts the files of one long test (the
+kill -9 loop, nine minutes) last: one worker then runs it alone while the other has nothing left.
+Handing out the longest files first and the hundreds of short unit tests last lets the two workers
+finish within a short file of each other. ``pytest.ini_options`` turns xdist's own reordering off
+(``--no-loadscope-reorder``), so this order is the queue's.
+
+The figures only rank files; no test depends on them. They are the seconds each file took (setup,
+calls and teardown) in one run of the whole suite on a 2-core machine (``pytest --durations=0``).
+A file that is not listed ranks after every listed one, in collection order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+#: Seconds per file (path under ``tests/``), for the files that took 20 s or more.
+MEASURED_SECONDS = {
+    "reliability/test_kill9.py": 519,
+    "cluster/test_connectors_on_cluster.py": 408,
+    "e2e/test_cps_source.py": 354,
+    "reference/test_sink_conformance.py": 345,
+    "e2e/test_declarative_pipelines.py": 292,
+    "reference/test_reference_source.py": 252,
+    "e2e/test_declarative_lite.py": 250,
+    "e2e/test_kafka_security.py": 228,
+    "reference/test_reference_lite.py": 226,
+    "reliability/test_service_restarts.py": 203,
+    "e2e/test_fallback.py": 201,
+    "reliability/test_bad_inputs.py": 190,
+    "unit/test_cps_source_batch.py": 190,
+    "e2e/test_lite_source.py": 173,
+    "e2e/test_lite_sink.py": 169,
+    "integration/test_kafka_source.py": 165,
+    "integration/test_driver_class_data.py": 138,
+    "e2e/test_worker.py": 128,
+    "reliability/test_secrets.py": 124,
+    "integration/test_tables.py": 111,
+    "e2e/test_cps_sink.py": 104,
+    "e2e/test_archive.py": 86,
+    "integration/test_services.py": 65,
+    "e2e/test_quickstart.py": 64,
+    "integration/test_pubsub_io.py": 62,
+    "integration/test_convert_tolerance.py": 31,
+    "reference/test_cutover.py": 31,
+    "reliability/test_stuck_batch.py": 27,
+    "unit/test_cps_sink_batch.py": 27,
+    "integration/test_kafka_sink.py": 26,
+    "bundle/test_bundle.py": 25,
+}
+
+
+def longest_files_first(items: list[pytest.Item], tests_root: Path) -> None:
+    """Reorder ``items`` in place: files by their measured seconds, longest first; a file's own
+    tests keep their order (a stable sort), and unlisted files keep collection order."""
+
+    def seconds(item: pytest.Item) -> int:
+        return MEASURED_SECONDS.get(Path(item.path).relative_to(tests_root).as_posix(), 0)
+
+    items.sort(key=lambda item: -seconds(item))
