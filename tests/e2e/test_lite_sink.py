@@ -276,10 +276,11 @@ def sink_run(lite: LiteServer, kafka_bootstrap: str, tmp_path_factory: pytest.Te
 
     # Run 1: kill -9 the recovery connector while it publishes (``--once`` runs the stages one
     # after the other, so ingest and convert are complete and the publish has just begun).
+    published_before_restart = None
     if "recovery" in wanted:
         kill_after(["run", "--once", "--worker", str(worker), str(files["recovery"])], lite,
                    tmp_path / "recovery.log", f"[{names['recovery']}.publish] batch=0 ")
-    published_before_restart = sum(lite.head(lite_path("topics", names["recovery"]), p) for p in range(3))
+        published_before_restart = sum(lite.head(lite_path("topics", names["recovery"]), p) for p in range(3))
     # Run 2: every wanted scenario; the recovery connector restarts first, too_few (which fails)
     # comes last.
     result = cli(["run", "--once", "--worker", str(worker),
