@@ -323,12 +323,17 @@ def _sink_view(partition: int, offset: int, message: Any, mode: str) -> tuple:
 
 
 def _by_kafka_coordinates(lite: LiteServer, topic: str, mode: str) -> dict[tuple[str, str], tuple]:
-    out = {}
+    """Each message of a Lite topic by the Kafka record it came from (the partition and offset
+    attributes the sink adds), after asserting that no record was published twice: a dict keyed
+    by record would keep one of two publishes and hide the other from every later check."""
+    out: dict[tuple[str, str], list[tuple]] = {}
     for partition, offset, message in _lite_messages(lite, topic):
         ident = (message.attributes[PARTITION_ATTR].values[0].decode(),
                  message.attributes[OFFSET_ATTR].values[0].decode())
-        out[ident] = _sink_view(partition, offset, message, mode)
-    return out
+        out.setdefault(ident, []).append(_sink_view(partition, offset, message, mode))
+    repeated = {ident: len(views) for ident, views in out.items() if len(views) != 1}
+    assert repeated == {}, f"{topic}: Kafka records (partition, offset) published more than once: {repeated}"
+    return {ident: views[0] for ident, views in out.items()}
 
 
 def _as_google_publishes(view: tuple) -> tuple:
@@ -344,6 +349,7 @@ def test_lite_sink_matches_google(lite_runs: dict[str, Any], google_lite: LiteSe
     google = _by_kafka_coordinates(google_lite, names[f"sink-{mode}-google"], mode)
     ours = _by_kafka_coordinates(google_lite, names[f"sink-{mode}-ours"], mode)
     assert len(google) == len(ours) == len(lite_runs["inputs"][mode][1])
+    assert set(google) == set(ours)
     differences, rewritten = [], set()
     for ident in sorted(google, key=lambda c: (int(c[0]), int(c[1]))):
         theirs, mine = google[ident], ours[ident]
@@ -372,6 +378,7 @@ def test_lite_sink_json_values_match_google(lite_runs: dict[str, Any], google_li
     google = _by_kafka_coordinates(google_lite, names["sink-json-google"], "json")
     ours = _by_kafka_coordinates(google_lite, names["sink-json-ours"], "json")
     assert len(google) == len(ours) == len(records)
+    assert set(google) == set(ours)
     # Kafka coordinates of the values that are serialized Values (produced in order per partition)
     offsets = {p: 0 for p in range(PARTITIONS)}
     structured = set()
