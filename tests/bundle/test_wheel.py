@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from bundle_check import REPO_ROOT, validate, wheel_tasks
+from bundle_check import REPO_ROOT, STAGES, validate, wheel_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +92,23 @@ def test_every_entry_point_named_by_a_job_task_runs_help(venv: Path) -> None:
         assert Path(located) == Path(imported)
         assert Path(imported).is_relative_to(venv.resolve()), f"imported from {imported}, not the wheel"
         assert help_lines[0].startswith(f"usage: {entry_point} ")
+
+
+def test_every_pipeline_a_job_runs_imports_from_the_wheel(venv: Path) -> None:
+    """A job task loads its kind's pipeline module at its first run: a module the wheel lacks
+    would only fail there (the test venv's editable install always finds it in ``src/``)."""
+    probe = (
+        "import importlib, pathlib\n"
+        "from pubsub_connect.pipelines.runtime import PIPELINE_MODULES, stages_for\n"
+        "for kind, module in sorted(PIPELINE_MODULES.items()):\n"
+        "    stages = ','.join(stage.name for stage in stages_for(kind))\n"
+        "    path = importlib.import_module(f'pubsub_connect.pipelines.{module}').__file__\n"
+        "    print(kind, stages, pathlib.Path(path).resolve())\n"
+    )
+    called = _run(venv / "bin" / "python", "-c", probe)
+    assert called.returncode == 0, called.stderr[-3000:]
+    found = {kind: (tuple(stages.split(",")), Path(path))
+             for kind, stages, path in map(str.split, called.stdout.splitlines())}
+    assert {kind: stages for kind, (stages, _) in found.items()} == STAGES
+    outside = {kind: str(path) for kind, (_, path) in found.items() if not path.is_relative_to(venv.resolve())}
+    assert outside == {}, "imported from outside the wheel's install"

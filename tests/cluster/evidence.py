@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 PAYLOAD_COLUMNS = frozenset({"key", "value", "data", "attributes", "headers"})
 #: What ``pubsub-connect run`` prints when Kafka reads and Delta writes are Spark's own (tasks).
 NATIVE_ENGINE = "native kafka, native delta"
+#: How the banner ``pubsub-connect run`` prints once its engine is chosen starts
+#: (``pubsub-connect <version>: <where>: <kafka>, <delta>, storage <root>``).
+BANNER_PREFIX = "pubsub-connect "
 #: How Delta Lake prefixes the description of the jobs it starts.
 DELTA_JOB_PREFIX = "Delta: "
 #: Executor id Spark gives the driver (it runs tasks only in local mode).
@@ -194,12 +197,19 @@ def where(run: ClusterRun, record: AuditRecord) -> str:
     return f"a process outside the run (pid {record.pid})"
 
 
+def engine_banner(stdout: str) -> str | None:
+    """The first engine banner in a run's output, or None when the run printed none (it failed
+    before choosing its engine, or the banner's wording changed)."""
+    return next((line for line in stdout.splitlines() if line.startswith(BANNER_PREFIX)), None)
+
+
 def placement_problems(runs: Iterable[ClusterRun], connectors: Sequence[str], spark_stages: Sequence[str],
                        io: Sequence[Io]) -> list[str]:
     """Every way in which the stages of ``connectors`` (which ran together) did not run in
     executors, one line each:
 
-    - a run without Spark's own Kafka connector and Delta (:data:`NATIVE_ENGINE`);
+    - a run without Spark's own Kafka connector and Delta (:data:`NATIVE_ENGINE`), or whose output
+      has no engine banner at all;
     - a stage in ``spark_stages`` (a streaming query) has no successful task, a task on the
       driver, or a task on an executor no worker launched as a process for this application;
     - an :class:`Io` that never happened, or happened in a process that is not one of this
@@ -211,9 +221,11 @@ def placement_problems(runs: Iterable[ClusterRun], connectors: Sequence[str], sp
     runs = list(runs)
     problems: list[str] = []
     for run in runs:  # the Python stand-ins would read Kafka / write Delta outside Spark's tasks
-        engine = [line for line in run.stdout.splitlines() if line.startswith("pubsub-connect ")]
-        if engine and NATIVE_ENGINE not in engine[0]:
-            problems.append(f"{run.name}: not Spark's own Kafka connector and Delta: {engine[0]}")
+        engine = engine_banner(run.stdout)
+        if engine is None:  # without it nothing shows which engine ran, so the run proves nothing
+            problems.append(f"{run.name}: no engine banner (a line starting {BANNER_PREFIX!r}) in its output")
+        elif NATIVE_ENGINE not in engine:
+            problems.append(f"{run.name}: not Spark's own Kafka connector and Delta: {engine}")
     for query in [f"{connector}.{stage}" for connector in connectors for stage in spark_stages]:
         tasks: Counter[str] = Counter()
         for run in runs:

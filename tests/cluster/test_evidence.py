@@ -28,11 +28,16 @@ def record(event: str, what: str, *, executor: str | None = "0", **detail: objec
                        {"python": PYTHON, **detail})
 
 
-def run(*audit: AuditRecord, stages: tuple[str, ...] = ("ingest", "publish")) -> ClusterRun:
+#: What ``pubsub-connect run`` prints once it chose Spark's own Kafka connector and Delta.
+NATIVE_BANNER = "pubsub-connect 0.1.0: local: native kafka, native delta, storage x\n"
+
+
+def run(*audit: AuditRecord, stages: tuple[str, ...] = ("ingest", "publish"),
+        stdout: str = NATIVE_BANNER) -> ClusterRun:
     queries = {f"c.{stage}": QueryWork(tasks=Counter({"0": 2, "1": 1})) for stage in stages}
     events = EventLog(Path("log"), APP, {"0": "127.0.0.1", "1": "127.0.0.1"}, queries, complete=True)
     return ClusterRun(name="run-1", directory=Path("run-1"), driver_pid=DRIVER_PID, returncode=0,
-                      stdout="pubsub-connect 0.1.0: local: native kafka, native delta, storage x\n", stderr="",
+                      stdout=stdout, stderr="",
                       seconds=1.0, events=events, audit=list(audit),
                       executor_dirs={"0": Path("0"), "1": Path("1")}, python=PYTHON)
 
@@ -70,3 +75,17 @@ def test_message_content_collected_to_the_driver_is_named() -> None:
 def test_an_executor_on_another_interpreter_is_named() -> None:
     other = AuditRecord(900, "grpc", PUBLISH, (500, 1), {"id": "0", "app": APP, "pid": 500}, {"python": "python3"})
     assert problems(run(other)) == ["run-1: executors ran ['python3'], not /venv/bin/python"]
+
+
+def test_a_run_on_the_python_stand_ins_is_named() -> None:
+    stand_ins = "pubsub-connect 0.1.0: local: python kafka source, delta-rs, storage x\n"
+    assert problems(run(record("grpc", PUBLISH), stdout=stand_ins)) == [
+        "run-1: not Spark's own Kafka connector and Delta: "
+        "pubsub-connect 0.1.0: local: python kafka source, delta-rs, storage x"]
+
+
+def test_a_run_without_an_engine_banner_is_named() -> None:
+    """Nothing else in the evidence tells Spark's Kafka connector from the Python stand-in, so a
+    run that did not say which engine it chose cannot pass."""
+    assert problems(run(record("grpc", PUBLISH), stdout="[c] done\n")) == [
+        "run-1: no engine banner (a line starting 'pubsub-connect ') in its output"]

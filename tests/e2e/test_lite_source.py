@@ -31,7 +31,6 @@ from integration.kafka_helpers import consume_all, create_topic
 from lite_server import LiteServer
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.model.lite.source import kafka_partition_for_key
 from pubsub_connect.pipelines import lite_source
 
 PubSubMessage = common.PubSubMessage.pb()
@@ -75,6 +74,11 @@ def pull_batches(root: Path, name: str) -> list[dict[int, int]]:
 
 
 BIG = b"x" * 100
+#: The Java producer's partition of each key used here (``Utils.toPositive(Utils.murmur2(key)) % n``
+#: for n Kafka partitions), computed once by Kafka's own client, not by the code under test
+#: (literals, so that a wrong hash fails): the model topic has 4 partitions, the recovery one 2.
+KEY_PARTITION_OF_4 = {b"dog": 0, b"fox": 0}
+KEY_PARTITION_OF_2 = {b"k0": 1, b"k1": 1, b"k2": 1, b"k3": 0, b"k4": 0}
 RECOVERY_FIRST, RECOVERY_TOTAL = 600, 900
 
 
@@ -183,10 +187,10 @@ def test_same_key_same_partition_null_keys_round_robin(lite: LiteServer, kafka_b
     logs = {p: lite.messages(lite_path("topics", name), p) for p in range(3)}
     records = consume_all(kafka_bootstrap, name)
     by_value = {r.value: r for r in records}
-    assert by_value[b"no-event-time"].partition == kafka_partition_for_key(b"fox", 4)
+    assert by_value[b"no-event-time"].partition == KEY_PARTITION_OF_4[b"fox"]
     # same key -> one Kafka partition (Kafka's murmur2) from any Lite partition, in Lite order
     dogs = sorted((r for r in records if r.key == b"dog"), key=lambda r: r.offset)
-    assert {r.partition for r in dogs} == {kafka_partition_for_key(b"dog", 4)}
+    assert {r.partition for r in dogs} == {KEY_PARTITION_OF_4[b"dog"]}
     assert [r.value for r in dogs if r.value.startswith(BIG)] == [BIG + b"%d" % i for i in range(4)]
     assert [r.value for r in dogs if r.value.startswith(b"p1-")] == [b"p1-0", b"p1-2", b"p1-4", b"p1-6"]
     # null keys round-robin over the 4 partitions, in Lite (partition, offset) order
@@ -229,14 +233,21 @@ def test_kill_9_mid_pull_then_restart_exactly_once(lite: LiteServer, kafka_boots
     records = consume_all(kafka_bootstrap, name)
     seqs = [int(r.value.removeprefix(b"seq-")) for r in records]
     assert sorted(seqs) == list(range(RECOVERY_TOTAL)), f"lost or duplicated: {len(seqs)} for {RECOVERY_TOTAL}"
-    for key in {r.key for r in records}:
-        assert len({r.partition for r in records if r.key == key}) == 1  # one Kafka partition per key
+    partitions: dict[bytes, set[int]] = {}
+    for r in records:
+        partitions.setdefault(r.key, set()).add(r.partition)
+    # each key on its one Kafka partition (the producer's), whichever Lite partition it came from
+    assert partitions == {key: {partition} for key, partition in KEY_PARTITION_OF_2.items()}
+    for key in KEY_PARTITION_OF_2:
         in_kafka = [s for r, s in zip(records, seqs, strict=True) if r.key == key]
         for p in range(3):  # Lite order per Lite partition (seq i is in partition i % 3)
             from_p = [s for s in in_kafka if s % 3 == p]
             assert from_p == sorted(from_p), f"order of {key!r} from Lite partition {p} broken"
     assert [lite.committed_cursor(subscription, p) for p in range(3)] == [lite.head(topic, p) for p in range(3)]
-    assert read_table(source_run["root"], "bronze", name).num_rows == RECOVERY_TOTAL
+    final = read_table(source_run["root"], "bronze", name)
+    # every Lite message (seq i is in partition i % 3) landed once: its (partition, offset), not a count
+    assert sorted(zip(final.column("partition").to_pylist(), final.column("offset").to_pylist(), strict=True)) == [
+        (p, o) for p in range(3) for o in range(len(range(p, RECOVERY_TOTAL, 3)))]
 
 
 def _bronze_rows(spark: Any, messages: list[tuple[int, int, bytes]]) -> Any:
@@ -279,7 +290,7 @@ def test_round_robin_continues_across_convert_batches_and_restarts(spark: Any, k
     rows = ctx.store.read(outbox).select("lite_partition", "lite_offset", "partition").collect()
     assigned = {(r.lite_partition, r.lite_offset): r.partition for r in rows}
     assert len(rows) == len(assigned) == 11
-    dog = kafka_partition_for_key(b"dog", 4)
+    dog = KEY_PARTITION_OF_4[b"dog"]
     assert [assigned[p, o] for p, o, _ in (*first, *second, *third)] == [
         0, 1, 2, 3, 0,  # first batch: from 0
         dog, 1, 2, 3,   # second: from the 5 rows appended before it

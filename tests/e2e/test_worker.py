@@ -145,14 +145,17 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
         return {"connector.class": "com.google.pubsub.kafka.sink.CloudPubSubSinkConnector", "topics": topic,
                 "cps.project": PROJECT, "cps.topic": name, "tasks.max": "1", "cps.useEmulator": "true"}
 
-    def delivered(name: str, first: int, last: int) -> set[int]:
-        """Records ``first..last-1`` that reached ``name``'s topic. The sink is at-least-once: a
-        stage restarted or killed after publishing a micro-batch and before committing it
-        publishes that batch again, so an earlier record may arrive once more; nothing else may."""
+    def delivered(name: str, first: int, last: int) -> list[int]:
+        """The ids from ``first`` on that reached ``name``'s topic while waiting for every one of
+        ``first..last-1``, sorted, each as often as it arrived. The sink is at-least-once: a stage
+        restarted or killed after publishing a micro-batch and before committing it publishes that
+        batch again, so an earlier record may arrive once more (left out here); nothing else may:
+        an id never produced fails here, a new record that arrived twice shows in what is returned."""
         wanted = set(range(first, last))
-        got = {seq(m) for m in pull_distinct(subs[name], wanted, seq, timeout=300)}
-        assert got - wanted <= set(range(first)), f"records never produced before: {sorted(got - wanted)}"
-        return got & wanted
+        got = [seq(m) for m in pull_distinct(subs[name], wanted, seq, timeout=300)]
+        unknown = sorted(set(got) - wanted - set(range(first)))
+        assert not unknown, f"records never produced: {unknown}"
+        return sorted(i for i in got if i >= first)
 
     worker.start()
     status, root = worker.request("GET", "/")
@@ -181,7 +184,7 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
         (409, {"error_code": 409, "message": f"Connector {a} already exists"})
     assert worker.request("POST", "/connectors", {"name": b, "config": config(b)})[0] == 201
     produce(kafka_bootstrap, topic, records(0, 30))
-    assert delivered(a, 0, 30) == delivered(b, 0, 30) == set(range(30))
+    assert delivered(a, 0, 30) == delivered(b, 0, 30) == list(range(30))
     worker.wait_state(a, "RUNNING")
     assert sorted(worker.request("GET", "/connectors")[1]) == sorted([a, b])
 
@@ -190,14 +193,14 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     assert worker.state(a) == "PAUSED"
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 30, f"{a}'s group at 30")
     produce(kafka_bootstrap, topic, records(30, 60))
-    assert delivered(b, 30, 60) == set(range(30, 60))
+    assert delivered(b, 30, 60) == list(range(30, 60))
     worker.wait_for(lambda: group_total(kafka_bootstrap, b, topic) == 60, f"{b}'s group at 60")
     assert group_total(kafka_bootstrap, a, topic) == 30
     assert nothing_waiting(subs[a])
 
     # resume A: exactly the records it missed
     assert worker.request("PUT", f"/connectors/{a}/resume") == (202, None)
-    assert delivered(a, 30, 60) == set(range(30, 60))
+    assert delivered(a, 30, 60) == list(range(30, 60))
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 60, f"{a}'s group at 60")
 
     # offsets move only when STOPPED; then A starts again from them
@@ -230,7 +233,7 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     worker.start()
     worker.wait_state(a, "RUNNING")
     assert worker.state(b) == "PAUSED"
-    assert delivered(a, 60, 90) == set(range(60, 90))
+    assert delivered(a, 60, 90) == list(range(60, 90))
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 90, f"{a}'s group at 90")
     assert group_total(kafka_bootstrap, b, topic) == 60 and nothing_waiting(subs[b])
 
