@@ -1,8 +1,9 @@
 """The order in which the suite hands its test files to the pytest-xdist workers: longest first.
 
 Each worker takes whole files (``--dist=loadfile``) from one queue. pytest-xdist orders that queue
-by the number of tests in a file unless told otherwise, which puts the files of one long test (the
-kill -9 loop, nine minutes) last: one worker then runs it alone while the other has nothing left.
+by the number of tests in a file unless told otherwise, which puts the files of a few long tests
+(the kill -9 loops, five to thirteen minutes) last: one worker then runs them alone while the
+other has nothing left.
 Handing out the longest files first and the hundreds of short unit tests last lets the two workers
 finish within a short file of each other. ``pytest.ini_options`` turns xdist's own reordering off
 (``--no-loadscope-reorder``), so this order is the queue's.
@@ -20,11 +21,12 @@ import pytest
 
 #: Seconds per file (path under ``tests/``), for the files that took 20 s or more.
 MEASURED_SECONDS = {
-    "reliability/test_kill9.py": 519,
+    "reliability/test_kill9_native.py": 805,
     "cluster/test_connectors_on_cluster.py": 408,
     "e2e/test_cps_source.py": 354,
     "reference/test_sink_conformance.py": 345,
     "e2e/test_declarative_pipelines.py": 292,
+    "reliability/test_kill9.py": 322,
     "reference/test_reference_source.py": 252,
     "e2e/test_declarative_lite.py": 250,
     "e2e/test_kafka_security.py": 228,

@@ -109,13 +109,15 @@ def _partitions(bootstrap: str, topic: str) -> list[int]:
     return sorted(meta.partitions)
 
 
-def consume_all(bootstrap: str, topic: str, timeout_s: float = 60) -> list[Rec]:
+def consume_all(bootstrap: str, topic: str, timeout_s: float = 60, *,
+                isolation: str = "read_committed") -> list[Rec]:
     """Every record of ``topic`` from offset 0 to the end of each partition, in offset order, as a
-    ``read_committed`` consumer sees them (aborted transactions hidden)."""
+    ``read_committed`` consumer sees them (aborted transactions hidden; ``read_uncommitted``
+    shows them too)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "group.id": "tests-consume-all",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
