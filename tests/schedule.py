@@ -21,12 +21,12 @@ import pytest
 
 #: Seconds per file (path under ``tests/``), for the files that took 20 s or more.
 MEASURED_SECONDS = {
-    "reliability/test_kill9_native.py": 805,
+    "reliability/test_kill9_native.py": 829,
     "cluster/test_connectors_on_cluster.py": 408,
+    "reliability/test_kill9.py": 399,
     "e2e/test_cps_source.py": 354,
     "reference/test_sink_conformance.py": 345,
     "e2e/test_declarative_pipelines.py": 292,
-    "reliability/test_kill9.py": 322,
     "reference/test_reference_source.py": 252,
     "e2e/test_declarative_lite.py": 250,
     "e2e/test_kafka_security.py": 228,

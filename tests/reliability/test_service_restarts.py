@@ -1,14 +1,18 @@
-"""Kafka broker and Pub/Sub emulator restarts while the Cloud Pub/Sub sink runs continuously.
+"""Kafka broker and Pub/Sub emulator restarts while the Cloud Pub/Sub sink works through a backlog.
 
-The connector runs as users run it (``pubsub-connect run``, all stages, own process group).
+The connector runs as users run it (``pubsub-connect run``, all stages, own process group), over a
+backlog of many micro-batches. Each outage starts while a stage has a micro-batch in flight (its
+checkpoint holds ``offsets/N`` without ``commits/N``) and lasts until the connector has said it
+saw it (its restart line): the outage is timed by the connector's own state, not by a clock.
 
-- Kafka: the test's own broker is stopped mid-stream and, after an outage, started again on
+- Kafka: the test's own broker is stopped with ingest's batch in flight and started again on
   the same data directory and port (a real broker restart: its log is kept). Every record
-  produced before and after reaches Pub/Sub, bronze holds each Kafka record exactly once, the
-  process never exits.
-- Pub/Sub: the emulator process is killed mid-stream, records keep arriving from Kafka, publish
-  fails after ``maxTotalTimeoutMs`` and the stage is restarted from its checkpoint with backoff;
-  a new emulator comes up and the connector delivers everything without manual action. When the
+  produced before and after reaches Pub/Sub exactly once (publish never failed), bronze holds
+  each Kafka record exactly once, the process never exits.
+- Pub/Sub: with publish's batch in flight the emulator becomes unreachable, then is killed and
+  replaced by a new one; publish fails after ``maxTotalTimeoutMs`` and the stage is restarted
+  from its checkpoint with backoff, then delivers the rest without manual action. Every id
+  arrives; only ids of the batch in flight at the cut may arrive twice (at least once). When the
   emulator is then gone for good, the connector stops after ``pipeline.restart.timeout.ms`` with
   one line that names the error and the setting.
 """
@@ -21,26 +25,32 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from integration.kafka_helpers import Rec, create_topic, produce
-from integration.pubsub_helpers import create_topic_and_subscription, pull_distinct
+from integration.kafka_helpers import Rec, consume_all, create_topic, produce
+from integration.pubsub_helpers import create_topic_and_subscription, pull_distinct, subscriber, subscription_path
 from pubsub_connect.cli import EXIT_USER_ERROR
 from pubsub_connect.io.services.kafka import start_kafka
 from pubsub_connect.io.services.process import RunningService, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from reliability.forwarder import Forwarder
+from reliability.kill_loop import batch_ids, pending_batch
+from reliability.scenarios import at_least_once, batch_rows, coordinates, each_once, seq_of, topic_coordinates
 
 pytestmark = pytest.mark.slow
 
 PROJECT = "test-project"
+#: Records waiting in Kafka when the connector starts, and how many each micro-batch takes: a
+#: backlog of many batches, so every outage meets work in flight and work still to come.
+BACKLOG, PER_BATCH = 1200, 100
 
 
-def seq_of(message: object) -> int:
-    return int(message.data.decode().removeprefix("seq-"))  # type: ignore[attr-defined]
+def seq_of_message(message: object) -> int:
+    return seq_of(message.data)  # type: ignore[attr-defined]
 
 
 def records(ids: range) -> list[Rec]:
@@ -54,7 +64,10 @@ class Connector:
                  env: dict[str, str]):
         self.log = tmp_path / "connector.log"
         worker = tmp_path / "worker.properties"
+        # one upstream table file per micro-batch: every stage, publish too, works through the
+        # backlog in many batches instead of taking it whole in its first
         worker.write_text("\n".join([f"storage.root={tmp_path / 'root'}", "pipeline.trigger.interval.ms=200",
+                                     "pipeline.max.files.per.trigger=1",
                                      "spark.master=local[2]", "spark.sql.shuffle.partitions=2",
                                      *worker_lines]) + "\n")
         connector = tmp_path / "sink.properties"
@@ -62,6 +75,7 @@ class Connector:
                                         f"cps.project={PROJECT}", f"cps.topic={name}", "cps.useEmulator=true",
                                         *connector_lines]) + "\n")
         self.root = tmp_path / "root"
+        self.name = name
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "pubsub_connect.cli", "run", "--worker", str(worker), str(connector)],
@@ -70,12 +84,37 @@ class Connector:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def wait_for(self, marker: str, timeout_s: float = 180) -> None:
+    def wait_for(self, marker: str, timeout_s: float = 180) -> str:
+        """Wait for a line of output that contains ``marker`` (a regular expression); returns it."""
         deadline = time.monotonic() + timeout_s
-        while marker not in self.output():
+        pattern = re.compile(marker)
+        while True:
+            found = next((line for line in self.output().splitlines() if pattern.search(line)), None)
+            if found is not None:
+                return found
             assert self.proc.poll() is None, f"connector exited ({self.proc.returncode}):\n{self.output()[-3000:]}"
             assert time.monotonic() < deadline, f"no {marker!r} within {timeout_s} s:\n{self.output()[-3000:]}"
             time.sleep(0.2)
+
+    def checkpoint(self, stage: str) -> Path:
+        return self.root / "checkpoints" / self.name / stage
+
+    def await_batch_in_flight(self, stage: str, committed: int, timeout_s: float = 240) -> int:
+        """Wait until ``stage`` has committed ``committed`` micro-batches and planned the next (an
+        ``offsets/N`` without ``commits/N``); returns N, the batch in flight."""
+        checkpoint = self.checkpoint(stage)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            batch = pending_batch(checkpoint)
+            if batch is not None and len(batch_ids(checkpoint / "commits")) >= committed:
+                return batch
+            self.assert_running()
+            assert time.monotonic() < deadline, (f"{stage} had no batch in flight after {committed} within "
+                                                 f"{timeout_s} s:\n{self.output()[-3000:]}")
+            time.sleep(0.02)
+
+    def restart_line(self, stage: str, timeout_s: float = 180) -> str:
+        return self.wait_for(rf"^\[{re.escape(self.name)}\.{stage}\] .*; restarting from the checkpoint in ", timeout_s)
 
     def assert_running(self) -> None:
         assert self.proc.poll() is None, f"connector exited ({self.proc.returncode}):\n{self.output()[-3000:]}"
@@ -107,50 +146,64 @@ def own_kafka(tmp_path: Path) -> Iterator[list[RunningService]]:
     stop_pid(brokers[-1].pid)
 
 
-def restart_kafka(brokers: list[RunningService], down_s: float) -> None:
-    """Stop the broker (SIGTERM, as an operator would), leave it down for ``down_s``, then start it
-    again on its data directory and port: clients find the same address and every record."""
-    previous = brokers[-1]
-    stop_pid(previous.pid)
-    time.sleep(down_s)  # the outage the connector has to ride out, not a wait for anything
-    brokers.append(start_kafka(Path(previous.directory), port=previous.port))
-
-
-def test_kafka_broker_restart_mid_stream_recovers_without_loss(
+def test_kafka_broker_restart_with_a_backlog_in_flight_recovers_without_loss(
         own_kafka: list[RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
     bootstrap = own_kafka[-1].endpoint
     create_topic(bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=60)
-    produce(bootstrap, unique_name, records(range(300)))
+    produce(bootstrap, unique_name, records(range(BACKLOG)))
     connector = Connector(tmp_path, unique_name,
-                          [f"bootstrap.servers={bootstrap}", "pipeline.max.records.per.batch=100",
-                           "pipeline.restart.timeout.ms=180000", "pipeline.restart.backoff.max.ms=4000"],
+                          [f"bootstrap.servers={bootstrap}", f"pipeline.max.records.per.batch={PER_BATCH}",
+                           "pipeline.restart.timeout.ms=180000", "pipeline.restart.backoff.max.ms=4000",
+                           # Spark's offset look-up tries three times, each up to the admin call's
+                           # time-out (60 s by default): an operator shortens it to hear sooner
+                           "consumer.default.api.timeout.ms=5000", "consumer.request.timeout.ms=4000"],
                           [], {"PUBSUB_EMULATOR_HOST": pubsub_emulator_host})
     try:
-        before = pull_distinct(subscription, set(range(300)), seq_of, timeout=240)
-        restart_kafka(own_kafka, down_s=5)
+        in_flight = connector.await_batch_in_flight("ingest", committed=2)
+        broker = own_kafka[-1]
+        stop_pid(broker.pid)  # SIGTERM, as an operator stops a broker
+        seen = connector.restart_line("ingest")
+        own_kafka.append(start_kafka(Path(broker.directory), port=broker.port))
         assert own_kafka[-1].endpoint == bootstrap
-        produce(bootstrap, unique_name, records(range(300, 600)))
-        after = pull_distinct(subscription, set(range(300, 600)), seq_of, timeout=240)
+        produce(bootstrap, unique_name, records(range(BACKLOG, BACKLOG + 300)))
+        received = pull_distinct(subscription, set(range(BACKLOG + 300)), seq_of_message, timeout=300)
+        connector.wait_for(rf"^\[{unique_name}\.ingest\] recovered after ", timeout_s=60)
         connector.assert_running()
         assert connector.stop() == 0, connector.output()[-3000:]
     finally:
         connector.kill()
 
-    assert {seq_of(m) for m in before + after} == set(range(600))
+    print(f"ingest batch {in_flight} in flight when the broker stopped; the connector said: {seen}")
+    assert len(batch_ids(connector.checkpoint("ingest") / "commits")) > in_flight + 1, "the backlog was in flight"
+    # publish never failed, so nothing was published twice
+    each_once(Counter(map(seq_of_message, received)), range(BACKLOG + 300), "Pub/Sub")
     from deltalake import DeltaTable
 
-    bronze = DeltaTable(str(connector.root / "bronze" / unique_name)).to_pyarrow_table(columns=["partition", "offset"])
-    coordinates = list(zip(bronze.column("partition").to_pylist(), bronze.column("offset").to_pylist(), strict=True))
-    assert len(coordinates) == 600 and len(set(coordinates)) == 600
-    assert sorted(coordinates) == sorted((p, o) for p in range(3) for o in range(_count(coordinates, p)))
+    bronze = DeltaTable(str(connector.root / "bronze" / unique_name)).to_pyarrow_table(
+        columns=["partition", "offset", "value"])
+    topic = topic_coordinates(consume_all(bootstrap, unique_name))
+    assert sorted(seq_of(v) for _, _, v in topic) == list(range(BACKLOG + 300)), "the test's own input"
+    each_once(coordinates(bronze), topic, "bronze")
 
 
-def _count(coordinates: list[tuple[int, int]], partition: int) -> int:
-    return sum(1 for p, _ in coordinates if p == partition)
+def drain_subscription(endpoint: str, subscription: str, monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Pull (and ack) from the emulator at ``endpoint`` until a pull finds nothing. Called while
+    the connector cannot reach it, so nothing more can arrive: empty means all there."""
+    with monkeypatch.context() as patch:
+        patch.setenv("PUBSUB_EMULATOR_HOST", endpoint)
+        client, path = subscriber(), subscription_path(subscription)
+        got: list[object] = []
+        while True:
+            response = client.pull(request={"subscription": path, "max_messages": 1000}, timeout=30)
+            if not response.received_messages:
+                return got
+            client.acknowledge(request={"subscription": path,
+                                        "ack_ids": [r.ack_id for r in response.received_messages]})
+            got.extend(r.message for r in response.received_messages)
 
 
-def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart_timeout(
+def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up_after_restart_timeout(
         kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     forwarder = Forwarder()
     emulators: list[RunningService] = []
@@ -166,32 +219,36 @@ def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart
         return emulators[-1]
 
     create_topic(kafka_bootstrap, unique_name, partitions=3)
-    produce(kafka_bootstrap, unique_name, records(range(200)))
+    produce(kafka_bootstrap, unique_name, records(range(BACKLOG)))
     first = start_emulator()
-    subscription = f"projects/{PROJECT}/subscriptions/{unique_name}-sub"
+    subscription = f"{unique_name}-sub"
     connector = Connector(tmp_path, unique_name,
-                          [f"bootstrap.servers={kafka_bootstrap}", "pipeline.restart.timeout.ms=40000",
-                           "pipeline.restart.backoff.max.ms=4000"],
+                          [f"bootstrap.servers={kafka_bootstrap}", f"pipeline.max.records.per.batch={PER_BATCH}",
+                           "pipeline.restart.timeout.ms=40000", "pipeline.restart.backoff.max.ms=4000"],
                           ["maxRequestTimeoutMs=2000", "maxTotalTimeoutMs=6000"],
                           {"PUBSUB_EMULATOR_HOST": forwarder.address})
     try:
-        before = pull_distinct(subscription, set(range(200)), seq_of, timeout=240)
-
-        # the emulator dies; records keep coming; publishing fails and the stage is restarted
-        os.kill(first.pid, signal.SIGKILL)
+        # publish has a batch in flight, ingest and convert have more to come: cut the emulator
+        # off, take what it received, kill it, and let the connector find a new one
+        in_flight = connector.await_batch_in_flight("publish", committed=1)
         forwarder.route_to(None)
-        produce(kafka_bootstrap, unique_name, records(range(200, 400)))
-        connector.wait_for("restarting from the checkpoint in", timeout_s=180)
+        # the batch may have ended between the two calls: then the next one was in flight
+        at_cut = pending_batch(connector.checkpoint("publish"))
+        before = drain_subscription(first.endpoint, subscription, monkeypatch)
+        os.kill(first.pid, signal.SIGKILL)
+        seen = connector.restart_line("publish")
 
         start_emulator()
-        after = pull_distinct(subscription, set(range(200, 400)), seq_of, timeout=180)
-        connector.wait_for(f"[{unique_name}.publish] recovered after ", timeout_s=60)
+        after = pull_distinct(f"projects/{PROJECT}/subscriptions/{subscription}",
+                              set(range(BACKLOG)) - {seq_of_message(m) for m in before}, seq_of_message,
+                              timeout=300)
+        connector.wait_for(rf"^\[{unique_name}\.publish\] recovered after ", timeout_s=60)
         connector.assert_running()
 
         # gone for good: the connector stops on its own after pipeline.restart.timeout.ms
         stop_pid(emulators[-1].pid)
         forwarder.route_to(None)
-        produce(kafka_bootstrap, unique_name, records(range(400, 410)))
+        produce(kafka_bootstrap, unique_name, records(range(BACKLOG, BACKLOG + 10)))
         connector.proc.wait(180)
     finally:
         connector.kill()
@@ -199,7 +256,15 @@ def test_pubsub_emulator_restart_mid_stream_recovers_then_gives_up_after_restart
         for emulator in emulators:
             stop_pid(emulator.pid)
 
-    assert {seq_of(m) for m in before + after} == set(range(400))
+    print(f"publish batch {in_flight} in flight when the emulator was cut off ({len(before)} message(s) had "
+          f"reached it); the connector said: {seen}")
+    # only a batch that was being published when the emulator was cut off can reach both emulators
+    outbox = connector.root / "outbox" / unique_name
+    may_repeat: set[object] = set()
+    for batch in {in_flight, at_cut} - {None}:
+        rows = batch_rows(outbox, connector.checkpoint("publish"), batch)
+        may_repeat.update(seq_of(data) for data in (rows.column("data").to_pylist() if rows.num_rows else []))
+    at_least_once(Counter(map(seq_of_message, before + after)), range(BACKLOG), may_repeat, "Pub/Sub")
     assert connector.proc.returncode == EXIT_USER_ERROR
     last = connector.output().strip().splitlines()[-1]
     # the ten records may reach the stage in more than one micro-batch (ingest reads what each
