@@ -44,6 +44,7 @@ MEASURED_SECONDS = {
     "integration/test_tables.py": 111,
     "e2e/test_cps_sink.py": 104,
     "e2e/test_archive.py": 86,
+    "reliability/test_produce_rejects.py": 71,
     "integration/test_services.py": 65,
     "e2e/test_quickstart.py": 64,
     "integration/test_pubsub_io.py": 62,

@@ -63,6 +63,10 @@ def test_google_api_errors_are_classified_by_type(exc: BaseException, transient:
     (KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), False),
     (KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED), False),
     (KafkaError(KafkaError._INVALID_ARG), False),
+    (KafkaError(KafkaError.INVALID_TIMESTAMP), False),
+    (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), False),
+    (KafkaError(KafkaError.RECORD_LIST_TOO_LARGE), False),
+    (KafkaError(KafkaError.INVALID_RECORD), False),
 ])
 def test_kafka_exceptions_are_classified_by_librdkafka_code(error: KafkaError, transient: bool) -> None:
     assert is_transient(KafkaException(error)) is transient
@@ -186,10 +190,32 @@ def test_jvm_errors_are_classified_by_the_java_classes_of_their_cause_chain(caus
     ("org.apache.spark.SparkException: Python worker failed to connect back.", True),
     ("Python worker failed to connect back.", True),
     ("[STREAM_FAILED] Query [id = 1] terminated with exception: Python worker failed to connect back.", True),
+    # a record Kafka refuses is refused again: permanent, even beside a transient sign
+    ("cimpl.KafkaException: KafkaError{code=INVALID_TIMESTAMP,val=32,str=\"Broker: Invalid timestamp\"}", False),
+    ("KafkaError{code=MSG_SIZE_TOO_LARGE,val=10} after KafkaError{code=_TRANSPORT,val=-195}", False),
+    ("Caused by: org.apache.kafka.common.errors.RecordTooLargeException: The message is 2000000 bytes; "
+     "java.net.ConnectException: Connection refused", False),
+    ("org.apache.kafka.common.errors.InvalidTimestampException: Timestamp 4102444800000 of message with offset 0 "
+     "is out of range; java.net.ConnectException: Connection refused", False),
+    ("org.apache.kafka.common.errors.RecordBatchTooLargeException: too large; TimeoutError: slow", False),
+    ("org.apache.kafka.common.errors.InvalidRecordException: Compacted topic cannot accept message without "
+     "key; java.net.ConnectException: Connection refused", False),
+    # the produce stage's stop line, as it crosses the JVM
+    ("pubsub_connect.pipelines.context.ConnectorError: record message_id 7 cannot be produced to t: "
+     "InvalidTimestampException: Kafka refused the record (INVALID_TIMESTAMP): its timestamp ...; "
+     "TimeoutError: waiting", False),
 ])
 def test_type_and_code_names_quoted_in_an_errors_text_decide(text: str, transient: bool) -> None:
     assert is_transient(text) is transient
     assert is_transient(RuntimeError(text)) is transient
+
+
+@pytest.mark.parametrize("code", ["INVALID_TIMESTAMP", "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD"])
+def test_a_record_kafka_refuses_outweighs_a_transient_sign(code: str) -> None:
+    """A batch that failed on a refused record and also lost its connection is not restarted:
+    the record would be refused again, in a restart loop."""
+    assert not is_transient(f"KafkaError{{code={code},val=1}}; then KafkaError{{code=_TRANSPORT,val=-195}}")
+    assert not is_transient(KafkaException(KafkaError(getattr(KafkaError, code), retriable=True)))
 
 
 def test_error_line_shows_our_innermost_message() -> None:

@@ -66,7 +66,8 @@ REDELIVERY_WINDOW = "1 hour"
 
 #: The tables each connector kind's pipeline defines (and so owns). The sinks read Kafka into a
 #: bronze table of their own; the sources convert the bronze table their job's pull task writes.
-#: The Lite source converts every message (no dead letters), as its job does.
+#: The Lite source converts every message (no dead letters), as its job does; the records Kafka
+#: refuses in its produce task go to that task's ``dlq/<name>``, a job table.
 MANAGED: dict[str, frozenset[str]] = {
     CPS_SINK: frozenset({BRONZE, OUTBOX, DLQ}),
     LITE_SINK: frozenset({BRONZE, OUTBOX, DLQ}),

@@ -151,11 +151,22 @@ LITE_MESSAGE_FIELDS = [
 #: bronze/<name> of the Lite source: messages as read, one row per (partition, offset).
 LITE_BRONZE = StructType([*LITE_MESSAGE_FIELDS, StructField("ingest_time", TimestampType())])
 
+#: Where a Lite source's Kafka record came from: its Lite message.
+LITE_ORIGIN_FIELDS = [StructField("lite_partition", LongType()), StructField("lite_offset", LongType())]
+
 #: outbox/<name> of the Lite source: the Kafka record (explicit partition) and its Lite origin.
-LITE_KAFKA_OUTBOX = StructType([
-    *KAFKA_PRODUCE_FIELDS,
-    StructField("lite_partition", LongType()),
-    StructField("lite_offset", LongType()),
+LITE_KAFKA_OUTBOX = StructType([*KAFKA_PRODUCE_FIELDS, *LITE_ORIGIN_FIELDS])
+
+#: dlq/<name> of the Lite source: its conversion takes every Lite message, so the only dead
+#: letters are records Kafka refused (``stage`` ``produce``): the record as it was to be
+#: produced, its Lite origin, and why.
+LITE_SOURCE_DLQ = StructType([
+    StructField("stage", StringType()),
+    *LITE_ORIGIN_FIELDS,
+    *RAW_BYTES_FIELDS,
+    StructField("headers", KAFKA_HEADERS),
+    *ERROR_FIELDS,
+    StructField("failed_at", TimestampType()),
 ])
 
 

@@ -12,7 +12,9 @@
    outbox already holds); bad messages → ``dlq/<name>``.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch, with a
    marker that makes a replayed batch a no-op: no duplicates in Kafka for ``read_committed``
-   consumers (:mod:`pubsub_connect.pipelines.kafka_produce`).
+   consumers (:mod:`pubsub_connect.pipelines.kafka_produce`). A record Kafka refuses for good (a
+   timestamp too far off, a record too large) is a ``dlq/<name>`` row with ``stage`` ``produce``
+   under ``errors.tolerance=all``, and stops the connector naming its message under ``none``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pubsub_connect.pipelines.context import PipelineContext, Stage, query_name
 from pubsub_connect.pipelines.dead_letters import append_converted
 from pubsub_connect.pipelines.kafka_produce import produce_stage
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
+from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters
 from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
@@ -329,9 +332,24 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
+def _produce_dead_letter_columns(config: ConnectorConfig) -> list[Any]:
+    """A refused record's ``PUBSUB_DLQ`` columns: its message id, the connector's subscription,
+    the record's key and value as they were to be produced, and its headers (the message's
+    attributes, UTF-8, when ``kafka.record.headers`` put them there) as attributes."""
+    attributes = F.map_from_entries(F.transform(
+        "headers", lambda h: F.struct(h["key"].alias("key"), F.decode(h["value"], "UTF-8").alias("value"))))
+    return ["message_id", F.lit(cps_subscriber_config(config).subscription_path).alias("subscription"),
+            "key", "value", attributes.alias("attributes")]
+
+
+#: The Cloud Pub/Sub source's dead letters of records Kafka refuses.
+PRODUCE_DEAD_LETTERS = ProduceDeadLetters(PUBSUB_DLQ, _produce_dead_letter_columns, ("message_id",))
+
+
 def produce(ctx: PipelineContext, config: ConnectorConfig) -> Any:
-    """Outbox rows in publish order, then message id (deterministic on replay)."""
-    return produce_stage(ctx, config, KAFKA_OUTBOX, ("publish_time", "message_id"))
+    """Outbox rows in publish order, then message id (deterministic on replay: one row per
+    message id)."""
+    return produce_stage(ctx, config, KAFKA_OUTBOX, ("publish_time", "message_id"), PRODUCE_DEAD_LETTERS)
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

@@ -1,4 +1,6 @@
-"""Dead-letter handling shared by the convert stages, with Kafka Connect's error semantics.
+"""Dead-letter handling shared by the convert stages, with Kafka Connect's error semantics (the
+source connectors' produce stage names, logs and copies its dead letters with the same functions:
+:mod:`pubsub_connect.pipelines.produce_rejects`).
 
 ``errors.tolerance=none`` (Connect's default): the first record that cannot be converted stops
 the connector with one line naming its coordinates — before anything of that micro-batch is
@@ -24,10 +26,22 @@ from pubsub_connect.pipelines.observed_counts import ObservedCounts
 log = logging.getLogger(__name__)
 
 
-def _coordinates(row: object) -> str:
+def record_coordinates(row: object) -> str:
+    """How a dead-letter row's record is named to a user: a Pub/Sub message by its id, a Lite
+    message by partition and offset, a Kafka record as ``topic/partition@offset``."""
     if getattr(row, "message_id", None) is not None:
         return f"message_id {row.message_id}"  # type: ignore[attr-defined]
+    if getattr(row, "lite_partition", None) is not None:
+        return f"Lite partition {row.lite_partition} offset {row.lite_offset}"  # type: ignore[attr-defined]
     return f"{row.topic}/{row.partition}@{row.offset}"  # type: ignore[attr-defined]
+
+
+def stop_line(row: object, failed: str) -> str:
+    """The one line a connector stops with under ``errors.tolerance=none``: which record, what
+    could not be done with it (``failed``: "converted", "produced to <topic>"), why, and how to
+    dead-letter such records instead."""
+    return (f"record {record_coordinates(row)} cannot be {failed}: {row.error_class}: "  # type: ignore[attr-defined]
+            f"{row.error_message} (errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")
 
 
 def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
@@ -40,21 +54,31 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     order = [c for c in ("topic", "partition", "offset", "message_id") if c in bad.columns]
     first = bad.orderBy(*order).first()
     if config.get("errors.tolerance") == "none":
-        raise ConnectorError(
-            f"record {_coordinates(first)} cannot be converted: {first.error_class}: {first.error_message} "
-            f"(errors.tolerance=none; set errors.tolerance=all to dead-letter such records)")
-    if config.get("errors.log.enable"):
-        for row in bad.select(*order, "error_class", "error_message").collect():
-            log.warning("%s: dead-lettered %s: %s: %s", config.name, _coordinates(row), row.error_class,
-                        row.error_message)
+        raise ConnectorError(stop_line(first, "converted"))
+    log_dead_letters(config, bad, order)
     # The topic first: a source's conversion looks up the DLQ table for messages dead-lettered
     # before, so once the table holds this batch's rows, ``bad`` computed again is empty. Should
     # the run stop in between, the replayed batch produces them again (a DLQ topic is at least once).
+    copy_to_dlq_topic(ctx, config, bad)
+    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
+    return count
+
+
+def log_dead_letters(config: ConnectorConfig, bad: DataFrame, coordinates: Sequence[str]) -> None:
+    """``errors.log.enable``: one warning per dead letter, naming it (``coordinates``, its
+    columns) and why; the record's bytes are never logged."""
+    if config.get("errors.log.enable"):
+        for row in bad.select(*coordinates, "error_class", "error_message").collect():
+            log.warning("%s: dead-lettered %s: %s: %s", config.name, record_coordinates(row), row.error_class,
+                        row.error_message)
+
+
+def copy_to_dlq_topic(ctx: PipelineContext, config: ConnectorConfig, bad: DataFrame) -> None:
+    """``errors.deadletterqueue.topic.name``: the dead letters also go to that Kafka topic (at
+    least once), as Connect's DLQ records."""
     topic = config.get("errors.deadletterqueue.topic.name")
     if topic:
         _produce_to_dlq_topic(ctx, config, bad, topic)
-    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
-    return count
 
 
 #: The message of the job that :func:`stop_at_unconvertible` fails in a convert stage; the user
@@ -149,7 +173,8 @@ def dlq_topic_records(bad: DataFrame, config: ConnectorConfig, bad_columns: Sequ
                             F.encode(column.cast("string"), "UTF-8").alias("value"))
 
         present = bad.columns if bad_columns is None else bad_columns
-        coordinates = [c for c in ("topic", "partition", "offset", "message_id") if c in present]
+        coordinates = [c for c in ("topic", "partition", "offset", "message_id", "lite_partition", "lite_offset")
+                       if c in present]
         columns.append(F.array(
             *[header(c, F.col(c)) for c in coordinates], header("connector.name", F.lit(config.name)),
             header("stage", F.col("stage")), header("exception.class.name", F.col("error_class")),

@@ -13,11 +13,13 @@
    publish time), serialized like Connect's worker does (``key.converter``, ``value.converter``,
    ``header.converter``: Base64 header text by default), with an explicit Kafka partition: same
    serialized key → same partition (Kafka's murmur2), null keys round-robin, continuing across
-   batches. The mapping is total (every Lite
-   message is a valid Kafka record), so no dead-letter table is involved.
+   batches. The mapping is total (every Lite message makes a Kafka record), so this stage has
+   no dead letters.
 3. ``produce`` — outbox → ``kafka.topic`` in one Kafka transaction per micro-batch with a marker
    that makes a replayed batch a no-op (``io.kafka.transactions``): exactly once for ``read_committed``
-   consumers.
+   consumers. A record Kafka refuses for good (an event time too far off, a record too large)
+   is a ``dlq/<name>`` row (``LITE_SOURCE_DLQ``) under ``errors.tolerance=all``, and stops the
+   connector naming its Lite partition and offset under ``none``.
 """
 
 from __future__ import annotations
@@ -48,10 +50,17 @@ from pubsub_connect.model.lite.source import (
     LiteSourceConverters,
     UnsupportedLiteSourceConverter,
 )
-from pubsub_connect.model.schemas import LITE_BRONZE, LITE_KAFKA_OUTBOX, LITE_MESSAGE_FIELDS, to_arrow
+from pubsub_connect.model.schemas import (
+    LITE_BRONZE,
+    LITE_KAFKA_OUTBOX,
+    LITE_MESSAGE_FIELDS,
+    LITE_SOURCE_DLQ,
+    to_arrow,
+)
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, librdkafka_client
 from pubsub_connect.pipelines.kafka_produce import produce_stage
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
+from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
 if TYPE_CHECKING:
@@ -230,9 +239,15 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 # --------------------------------------------------------------------------------------------
 
 
+#: The Lite source's dead letters of records Kafka refuses: the record and its Lite origin.
+PRODUCE_DEAD_LETTERS = ProduceDeadLetters(
+    LITE_SOURCE_DLQ, lambda _config: ["lite_partition", "lite_offset", "key", "value", "headers"],
+    ("lite_partition", "lite_offset"))
+
+
 def produce(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     """Outbox rows in Lite partition/offset order: each Lite partition's order is kept."""
-    return produce_stage(ctx, config, LITE_KAFKA_OUTBOX, ("lite_partition", "lite_offset"))
+    return produce_stage(ctx, config, LITE_KAFKA_OUTBOX, ("lite_partition", "lite_offset"), PRODUCE_DEAD_LETTERS)
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]

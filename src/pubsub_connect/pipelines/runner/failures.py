@@ -56,6 +56,9 @@ PERMANENT_TYPES = frozenset({
     "AuthenticationException", "SaslAuthenticationException", "SslAuthenticationException",
     "AuthorizationException", "TopicAuthorizationException", "GroupAuthorizationException",
     "ClusterAuthorizationException", "TransactionalIdAuthorizationException",
+    # Java: a record Kafka refuses (how a refused record's dead letter names its reason, too)
+    "InvalidTimestampException", "RecordTooLargeException", "RecordBatchTooLargeException",
+    "InvalidRecordException",
 })
 
 #: librdkafka error codes (``KafkaError.name()``, ``KafkaError{code=…}`` in a text) of an unreachable or
@@ -66,11 +69,14 @@ TRANSIENT_KAFKA_CODES = frozenset({
     "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER",
 })
 
-#: librdkafka error codes of refused credentials or permissions.
+#: librdkafka error codes of refused credentials or permissions, and of a record Kafka refuses
+#: for good (:data:`~pubsub_connect.io.kafka.record_rejects.RECORD_REJECTS`: sent again, it is
+#: refused again).
 PERMANENT_KAFKA_CODES = frozenset({
     "SASL_AUTHENTICATION_FAILED", "_AUTHENTICATION", "TOPIC_AUTHORIZATION_FAILED",
     "GROUP_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
     "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
+    "INVALID_TIMESTAMP", "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
 })
 
 #: gRPC status codes (``grpc.StatusCode`` names).
