@@ -40,6 +40,7 @@ MEASURED_SECONDS = {
     "integration/test_kafka_source.py": 165,
     "integration/test_driver_class_data.py": 138,
     "e2e/test_worker.py": 128,
+    "reliability/test_cps_source_backlog.py": 120,
     "reliability/test_secrets.py": 124,
     "integration/test_tables.py": 111,
     "e2e/test_cps_sink.py": 104,

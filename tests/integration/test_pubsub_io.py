@@ -173,6 +173,28 @@ def test_subscriber_config_mapping(no_emulator_env: None) -> None:
     # 0 = library defaults (1 h lease, no per-extension cap), as in Google's connector.
     assert defaults.stream_flow_control() == types.FlowControl(max_bytes=100 * 1024 * 1024, max_messages=1000)
     assert defaults.streaming is False
+    # The service honours the stream's flow control: the client is given the connector's limits.
+    assert config.client_flow_control() == flow
+    assert defaults.client_flow_control() == defaults.stream_flow_control()
+
+
+def test_client_flow_control_on_the_emulator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emulator ignores a stream's flow control, so the client reads all it is sent (and leases
+    it at once) with extensions of at least 60 s, or of the connector's cap when that is shorter;
+    the connector's own limits stay where batches are handed out."""
+    monkeypatch.setenv("PUBSUB_EMULATOR_HOST", "127.0.0.1:8085")
+    unlimited = 2**62
+    config = cps_subscriber_config(source_config(**{
+        "cps.useEmulator": "true", "cps.streamingPull.flowControlMessages": "1001",
+        "cps.streamingPull.parallelStreams": "2", "cps.streamingPull.maxAckExtensionMs": "120000",
+        "cps.streamingPull.maxMsPerAckExtension": "30500"}))
+    assert config.stream_flow_control().max_messages == 501
+    assert config.client_flow_control() == types.FlowControl(
+        max_bytes=unlimited, max_messages=unlimited, max_lease_duration=120.0,
+        min_duration_per_lease_extension=30, max_duration_per_lease_extension=30)
+    defaults = cps_subscriber_config(source_config(**{"cps.useEmulator": "true"}))
+    assert defaults.client_flow_control() == types.FlowControl(
+        max_bytes=unlimited, max_messages=unlimited, min_duration_per_lease_extension=60)
 
 
 def test_emulator_selection(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,12 +38,13 @@ from pubsub_connect.model.cps_source.batch import KafkaOutboxConversion
 from pubsub_connect.model.cps_source.reference import check_value_converter
 from pubsub_connect.model.cps_source.settings import CpsSourceSettings, UnsupportedConverterError
 from pubsub_connect.model.schemas import KAFKA_OUTBOX, PUBSUB_BRONZE, PUBSUB_DLQ
-from pubsub_connect.pipelines.context import PipelineContext, Stage, query_name
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, query_name
 from pubsub_connect.pipelines.dead_letters import append_converted
 from pubsub_connect.pipelines.kafka_produce import produce_stage
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters
 from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
+from pubsub_connect.pipelines.redeliveries import BatchDeliveries, RedeliveryWatch
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ class Puller:
         self.streaming = bool(config.get("cps.streamingPull.enabled"))
         self._subscriber: Any = None
         self._streamer: StreamingPuller | None = None
+        self.redeliveries = RedeliveryWatch()
 
     def _collect(self, window_s: float) -> list[PulledMessage]:
         path = self.sub_config.subscription_path
@@ -156,11 +158,15 @@ class Puller:
         else:
             ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
 
-    def run_batch(self, window_s: float) -> int:
-        """Pull one batch, commit it, ack it. Returns the number of messages (0: nothing came)."""
+    def run_batch(self, window_s: float) -> BatchDeliveries:
+        """Pull one batch, commit it, ack it. Returns its counts (0 delivered: nothing came).
+
+        When the pull stopped making progress (:class:`RedeliveryWatch`) it says so in one line:
+        printed while the connector runs on (the leases may recover), raised under ``--once``,
+        whose drain would otherwise never end."""
         messages = self._collect(window_s)
         if not messages:
-            return 0
+            return BatchDeliveries(0, 0)
         table = messages_to_arrow(messages, self.sub_config.subscription_path)
         if self._streamer is None:
             with LeaseExtender(self._subscriber, self.sub_config.subscription_path,
@@ -169,7 +175,13 @@ class Puller:
         else:  # the streaming client keeps extending leases of messages it holds
             self.ctx.store.append_rows(self.bronze, table, PUBSUB_BRONZE)
         self._ack(messages)
-        return len(messages)
+        batch = self.redeliveries.committed(m.message_id for m in messages)
+        verdict = self.redeliveries.verdict(self.sub_config.subscription_path)
+        if verdict is not None:
+            if self.ctx.once:
+                raise ConnectorError(verdict)
+            self.ctx.progress(f"[{self.config.name}.pull] {verdict}")
+        return batch
 
     def close(self) -> None:
         if self._streamer is not None:
@@ -206,7 +218,8 @@ class PullLoop(SupervisedQuery):
         try:
             while not self._stop.is_set() and self._error is None:
                 started = time.monotonic()
-                count = puller.run_batch(DRAINED_AFTER_S if self.ctx.once else BATCH_WINDOW_S)
+                batch = puller.run_batch(DRAINED_AFTER_S if self.ctx.once else BATCH_WINDOW_S)
+                count = batch.delivered
                 if count == 0:
                     if self.ctx.once and time.monotonic() - idle_since >= DRAINED_AFTER_S:
                         return
@@ -215,6 +228,7 @@ class PullLoop(SupervisedQuery):
                 elapsed = max(time.monotonic() - started, 1e-6)
                 with self._lock:
                     self._progress.append({"batchId": self._batches, "numInputRows": count,
+                                           "numRedeliveredRows": batch.repeated,
                                            "processedRowsPerSecond": count / elapsed})
                     self._progress = self._progress[-100:]
                     self._batches += 1

@@ -50,7 +50,7 @@ class SubscriberConfig:
         return self.connection.subscription_path(self.subscription)
 
     def stream_flow_control(self) -> ps_types.FlowControl:
-        """Client ``FlowControl`` for *one* of ``parallel_streams`` streams.
+        """Client ``FlowControl`` for *one* of ``parallel_streams`` streams: the connector's limits.
 
         The connector's limits are per task. Each Python streaming pull enforces its own
         limits, so the totals are split evenly across the streams (rounded up). A value of 0
@@ -63,6 +63,39 @@ class SubscriberConfig:
             "max_messages": max(1, -(-self.flow_control_messages // streams)),
             "max_bytes": max(1, -(-self.flow_control_bytes // streams)),
         }
+        kwargs.update(self._lease_extension_limits())
+        return types.FlowControl(**kwargs)
+
+    def client_flow_control(self) -> ps_types.FlowControl:
+        """The ``FlowControl`` the client is given for one stream.
+
+        The Pub/Sub service honours the stream's flow control (the client sends its limits as
+        ``max_outstanding_messages`` / ``bytes``): the connector's limits, as they are.
+
+        The emulator ignores them. Measured with emulator 0.8.20: a stream opened with
+        ``max_outstanding_messages=1000`` received 15,100 messages in 8 s without one ack. The
+        client still pauses reading at its limits, so the rest wait in the transport, their
+        60 s stream ack deadline running from when the emulator sent them and no lease on them
+        (the client has not seen them). A backlog that takes longer than that to commit is then
+        redelivered while it waits, and again: 20,000 messages gave 25,000 deliveries under load,
+        50,000 never drained. On the emulator the client therefore takes in everything it is
+        sent, so that every received message is leased at once, and :class:`StreamingPuller`
+        applies the connector's limits where it hands out batches. The leases of that larger
+        holding are extended by at least the stream's deadline, not by the client's 10 s with its
+        1 s margin before expiry, so that renewing them under load does not lose any.
+        """
+        if not self.connection.uses_emulator:
+            return self.stream_flow_control()
+        from google.cloud.pubsub_v1 import types
+
+        extension = self._lease_extension_limits()
+        longest = extension.get("max_duration_per_lease_extension", EMULATOR_MIN_LEASE_EXTENSION_S)
+        return types.FlowControl(max_messages=EMULATOR_CLIENT_UNLIMITED, max_bytes=EMULATOR_CLIENT_UNLIMITED,
+                                 min_duration_per_lease_extension=min(longest, EMULATOR_MIN_LEASE_EXTENSION_S),
+                                 **extension)
+
+    def _lease_extension_limits(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {}
         if self.max_ack_extension_ms > 0:
             kwargs["max_lease_duration"] = self.max_ack_extension_ms / 1000.0
         if self.max_ms_per_ack_extension > 0:
@@ -71,7 +104,15 @@ class SubscriberConfig:
             # every stream (re)open, and the client only logs it and retries forever.
             kwargs["max_duration_per_lease_extension"] = int(
                 min(MAX_ACK_DEADLINE_S, max(MIN_ACK_DEADLINE_S, self.max_ms_per_ack_extension // 1000)))
-        return types.FlowControl(**kwargs)
+        return kwargs
+
+
+#: On the emulator (which ignores stream flow control) the client's own limits, high enough never
+#: to pause reading the stream: :meth:`SubscriberConfig.client_flow_control`.
+EMULATOR_CLIENT_UNLIMITED = 2**62
+#: On the emulator, the least time each lease extension asks for: the stream ack deadline the
+#: Python client opens streams with by default.
+EMULATOR_MIN_LEASE_EXTENSION_S = 60
 
 
 def subscriber_client(config: SubscriberConfig | Connection) -> pubsub_v1.SubscriberClient:
@@ -157,7 +198,8 @@ class StreamingPuller:
     stay under the client's lease management (deadlines extended up to ``maxAckExtensionMs``),
     so they stay leased for as long as the caller needs to commit them. Flow control
     (``flowControlMessages``/``Bytes``) counts them until they are acked or nacked, so one batch
-    holds at most that many messages. Typical use::
+    holds at most that many messages: the service's, and on the emulator (which sends more than
+    that) this class's own (:meth:`SubscriberConfig.client_flow_control`). Typical use::
 
         with StreamingPuller(config) as puller:
             while running:
@@ -216,7 +258,7 @@ class StreamingPuller:
     def start(self) -> StreamingPuller:
         if self._futures:
             return self
-        flow = self.config.stream_flow_control()
+        flow = self.config.client_flow_control()
         for _ in range(max(1, self.config.parallel_streams)):
             self._futures.append(self.subscriber.subscribe(self.config.subscription_path, self._queue.put,
                                                            flow_control=flow))
