@@ -26,9 +26,9 @@ from typing import Any
 
 import boto3
 import pytest
-from confluent_kafka import Producer
 
-from integration.kafka_helpers import consume_all, create_topic
+from archive_checks import KEEP, T0, archive_values, archived_records, produce_at, topic_records
+from integration.kafka_helpers import create_topic
 from pubsub_connect.io.objectstore.archive_files import list_archive_files
 from pubsub_connect.io.objectstore.base import ObjectStore
 from pubsub_connect.io.objectstore.local import LocalStore
@@ -46,9 +46,7 @@ from pubsub_connect.pipelines.archive import stage as archive_stage
 from pubsub_connect.pipelines.context import ConnectorError
 from unit.test_archive_connector import (
     DAY_MS,
-    T0,
     Record,
-    _archived_records,
     _settings,
     _stream,
     _table,
@@ -56,11 +54,6 @@ from unit.test_archive_connector import (
     crash_then_resume,
 )
 from waiting import wait_until
-
-#: Topic config for records stamped in 2016 (date folders come from record time): a broker with
-#: Kafka's default retention.ms (7 days) would delete them within seconds.
-KEEP = {"retention.ms": "-1"}
-
 
 # ------------------------------------------------------------------------------------------ slow: real connector
 
@@ -156,37 +149,6 @@ def connectors() -> Iterator[list[Connector]]:
         connector.kill()
 
 
-def _produce(bootstrap: str, topic: str, records: list[tuple[int, bytes | None, int]]) -> None:
-    """(partition, value, timestamp ms) — the test helper's produce() has no timestamps."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True})
-    errors: list[str] = []
-    for partition, value, ts in records:
-        producer.produce(topic, value=value, partition=partition, timestamp=ts,
-                         on_delivery=lambda err, _msg: errors.append(str(err)) if err else None)
-        producer.poll(0)
-    assert producer.flush(60) == 0 and not errors, errors
-
-
-def _topic_records(bootstrap: str, topic: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
-    out: dict[tuple[str, int], list[tuple[int, bytes | None]]] = {}
-    for rec in consume_all(bootstrap, topic):
-        assert rec.partition is not None and rec.offset is not None
-        out.setdefault((topic, rec.partition), []).append((rec.offset, rec.value))
-    return out
-
-
-def _values(partition: int, start: int, count: int) -> list[bytes | None]:
-    out: list[bytes | None] = []
-    for i in range(start, start + count):
-        if i % 101 == 7:
-            out.append(None)
-        elif i % 53 == 3:
-            out.append(b"multi\nline\r\nvalue %d \\ end" % i)
-        else:
-            out.append(b'{"p":%d,"i":%d,"pad":"%s"}' % (partition, i, b"z" * (i % 23)))
-    return out
-
-
 def _wait_for(predicate: Any, timeout_s: float, connector: Connector, what: str) -> None:
     def reached() -> bool:
         if predicate():
@@ -208,9 +170,9 @@ def test_crash_mid_file_then_resume_on_s3_rereading_kafka(tmp_path: Path, kafka_
     archived from a re-read are Kafka's, not the test's."""
     records: list[Record] = [(unique_name, p, o, ts, value) for _, p, o, ts, value in _stream(3, 500, seed=5)]
     create_topic(kafka_bootstrap, unique_name, partitions=3, config=KEEP)
-    _produce(kafka_bootstrap, unique_name, [(p, value, ts) for _, p, _, ts, value in records])
+    produce_at(kafka_bootstrap, unique_name, [(p, value, ts) for _, p, _, ts, value in records])
     # a new topic, one producer: offsets 0..499 of each partition, in the order produced
-    assert _topic_records(kafka_bootstrap, unique_name) == {
+    assert topic_records(kafka_bootstrap, unique_name) == {
         (unique_name, p): [(o, value) for _, q, o, _, value in records if q == p] for p in range(3)}
     source = archive_records.KafkaRecordSource(archive_records.replay_options(
         {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": unique_name}))
@@ -272,7 +234,7 @@ def test_rows_not_split_by_topic_partition_are_refused_and_archived_once_grouped
     reports = archive_coordinator.archive_frame(grouped, coordinator)
     assert sorted((r.topic, r.partition) for r in reports) == [("topic-a", p) for p in range(3)]
     assert {tp: s.next_offset for tp, s in coordinator.states.items()} == {("topic-a", p): 60 for p in range(3)}
-    assert _archived_records(store, "arch/") == {
+    assert archived_records(store, "arch/") == {
         ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p][:50] for p in range(3)}  # 10 still open
 
 
@@ -288,8 +250,8 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
 
     topic = unique_name
     create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
-    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
-                                      for i, v in enumerate(_values(p, 0, 120))])
+    produce_at(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
+                                      for i, v in enumerate(archive_values(p, 0, 120))])
     options = {"kafka.bootstrap.servers": kafka_bootstrap, "subscribe": topic}
     store = LocalStore(tmp_path / "out")
     buffer = tmp_path / "buffer"
@@ -334,7 +296,7 @@ def test_micro_batches_are_archived_in_executor_tasks_never_on_the_driver(
     assert len(reports) == 6 and os.getpid() not in {r.pid for r in reports}
     written = {(r.topic, r.partition, f.first_offset, f.end_offset, r.pid) for r in reports for f in r.files}
     assert {w[:4] for w in written} == {(topic, p, o, min(o + 50, 120)) for p in range(2) for o in (0, 50, 100)}
-    assert _archived_records(store, "") == _topic_records(kafka_bootstrap, topic)
+    assert archived_records(store, "") == topic_records(kafka_bootstrap, topic)
     assert coordinator.open_files() == {} and not list((buffer / "no-driver").iterdir())
 
 
@@ -355,8 +317,8 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
     """
     first, second = f"{unique_name}-a", f"{unique_name}-b"
     create_topic(kafka_bootstrap, first, partitions=3, config=KEEP)
-    _produce(kafka_bootstrap, first, [(p, v, T0 + i * 1000) for p in range(3)
-                                      for i, v in enumerate(_values(p, 0, 360))])
+    produce_at(kafka_bootstrap, first, [(p, v, T0 + i * 1000) for p in range(3)
+                                      for i, v in enumerate(archive_values(p, 0, 360))])
     aws = {k: v for k, v in s3_service.env.items() if k != "AWS_ENDPOINT_URL_S3"}
     bucket = unique_name
     with environment(aws):
@@ -394,17 +356,17 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
         connector.kill()
         assert connector.proc is not None and connector.proc.returncode == -signal.SIGKILL
         # Nothing partial is visible: every .gz is whole, indexed, contiguous from offset 0.
-        after_kill = _archived_records(store, "kafka/")
-        expected = _topic_records(kafka_bootstrap, first)
+        after_kill = archived_records(store, "kafka/")
+        expected = topic_records(kafka_bootstrap, first)
         assert after_kill == {tp: records[:300] for tp, records in expected.items()}
         assert not any(store.exists(f"kafka/2016-02-24/{first}-{p:05d}-000000000300.gz") for p in range(3))
 
         # While the connector is down: more records, and a new topic matching the pattern.
-        _produce(kafka_bootstrap, first, [(p, v, T0 + (360 + i) * 1000) for p in range(3)
-                                          for i, v in enumerate(_values(p, 360, 120))])
+        produce_at(kafka_bootstrap, first, [(p, v, T0 + (360 + i) * 1000) for p in range(3)
+                                          for i, v in enumerate(archive_values(p, 360, 120))])
         create_topic(kafka_bootstrap, second, partitions=2, config=KEEP)
-        _produce(kafka_bootstrap, second, [(p, v, T0 + DAY_MS + i) for p in range(2)
-                                           for i, v in enumerate(_values(p + 10, 0, 260))])
+        produce_at(kafka_bootstrap, second, [(p, v, T0 + DAY_MS + i) for p in range(2)
+                                           for i, v in enumerate(archive_values(p + 10, 0, 260))])
         # Run 2 (--once) in this process, on the shared test SparkSession (one JVM fewer),
         # requested only now so that it never runs beside the subprocess's JVM.
         request.getfixturevalue("spark")
@@ -412,8 +374,8 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
             _run_in_process(tmp_path, kafka_bootstrap, connector.properties, max_records=2000)
         assert (f'startingOffsets={{"{first}":{{"0":300,"1":300,"2":300}},'
                 f'"{second}":{{"0":-2,"1":-2}}}}') in caplog.text
-        archived = _archived_records(store, "kafka/")
-        assert archived == {**_topic_records(kafka_bootstrap, first), **_topic_records(kafka_bootstrap, second)}
+        archived = archived_records(store, "kafka/")
+        assert archived == {**topic_records(kafka_bootstrap, first), **topic_records(kafka_bootstrap, second)}
         assert {tp: len(r) for tp, r in archived.items()} == {
             **{(first, p): 480 for p in range(3)}, **{(second, p): 260 for p in range(2)}}
         keys = sorted(o.key for o in store.list("kafka/") if o.key.endswith(".gz"))
@@ -422,14 +384,14 @@ def test_kill_9_mid_file_restart_and_new_topic_on_s3(
             + [f"kafka/2016-02-25/{second}-{p:05d}-{o:012d}.gz" for p in range(2) for o in (0, 100, 200)])
         assert store.incomplete_uploads() == []
         # Plain gzip to standard tools; every index range decompresses alone (checked by
-        # _archived_records); the CLI helper seeks by offset with a range request.
+        # archived_records); the CLI helper seeks by offset with a range request.
         gz = store.read(f"kafka/2016-02-24/{first}-00001-000000000100.gz")
         text = subprocess.run(["gzip", "-dc"], input=gz, capture_output=True, check=True).stdout
-        assert text == b"".join(encode_value(v) + b"\n" for v in _values(1, 100, 100))
+        assert text == b"".join(encode_value(v) + b"\n" for v in archive_values(1, 100, 100))
         url = f"s3://{bucket}/kafka/2016-02-24/{first}-00001-000000000100.gz"
         with environment({"AWS_ENDPOINT_URL_S3": s3_endpoint}):
-            assert archive_read.read_archive_records(url, 156, 3) == list(zip(range(156, 159), _values(1, 156, 3),
-                                                                      strict=True))
+            assert archive_read.read_archive_records(url, 156, 3) == list(
+                zip(range(156, 159), archive_values(1, 156, 3), strict=True))
     assert not list(staged.iterdir()), "run directories are removed (the killed run's on the next start)"
 
 
@@ -441,7 +403,8 @@ def test_continuous_run_writes_open_files_offset_flush_interval_after_they_opene
     while the connector keeps running (the idle flush: no micro-batch runs on a quiet topic)."""
     topic = unique_name
     create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
-    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2) for i, v in enumerate(_values(p, 0, 30))])
+    produce_at(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
+                                        for i, v in enumerate(archive_values(p, 0, 30))])
     out, buffer = tmp_path / "out", tmp_path / "buffer"
     buffer.mkdir()
     connector = Connector(tmp_path, kafka_bootstrap, {
@@ -460,11 +423,11 @@ def test_continuous_run_writes_open_files_offset_flush_interval_after_they_opene
     # one file each: every record was read by the first micro-batch, and written once it was due
     assert sorted(o.key for o in store.list() if o.key.endswith(".gz")) == [
         f"systest/2016-02-24/{topic}-{p:05d}-000000000000.gz" for p in range(2)]
-    _produce(kafka_bootstrap, topic, [(p, v, T0 + (30 + i) * 1000) for p in range(2)
-                                      for i, v in enumerate(_values(p, 30, 10))])
+    produce_at(kafka_bootstrap, topic, [(p, v, T0 + (30 + i) * 1000) for p in range(2)
+                                      for i, v in enumerate(archive_values(p, 30, 10))])
     _wait_for(lambda: archived_counts() == {(topic, 0): 40, (topic, 1): 40}, 240, connector, "40 records per partition")
     assert connector.proc is not None and connector.proc.poll() is None, "still running"
-    assert _archived_records(store, "systest/") == _topic_records(kafka_bootstrap, topic)
+    assert archived_records(store, "systest/") == topic_records(kafka_bootstrap, topic)
     assert "writing files open for offset.flush.interval.ms=1500" in connector.log.read_text(errors="replace")
 
 
@@ -475,8 +438,9 @@ def test_real_run_continues_a_store_the_original_wrote(tmp_path: Path, kafka_boo
     ``s3.prefix`` without a slash, upload-date folders); the store then holds every record once."""
     topic = unique_name
     create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
-    _produce(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2) for i, v in enumerate(_values(p, 0, 90))])
-    kafka = _topic_records(kafka_bootstrap, topic)
+    produce_at(kafka_bootstrap, topic, [(p, v, T0 + i * 1000) for p in range(2)
+                                        for i, v in enumerate(archive_values(p, 0, 90))])
+    kafka = topic_records(kafka_bootstrap, topic)
     out, buffer = tmp_path / "out", tmp_path / "buffer"
     buffer.mkdir()
     store = LocalStore(out)
@@ -489,7 +453,7 @@ def test_real_run_continues_a_store_the_original_wrote(tmp_path: Path, kafka_boo
     _run_in_process(tmp_path, kafka_bootstrap, {
         "name": "archive-takeover", "connector.class": "S3SinkConnector", "topics": topic, "s3.prefix": "systest",
         "output.path": str(out), "local.buffer.dir": str(buffer)})
-    assert _archived_records(store, "systest/") == kafka
+    assert archived_records(store, "systest/") == kafka
     assert sorted(o.key for o in store.list("systest/2016-02-24/") if o.key.endswith(".gz")) == [
         f"systest/2016-02-24/{topic}-{p:05d}-000000000003.gz" for p in range(2)]
 
@@ -504,7 +468,8 @@ def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_boots
     topic = unique_name
     create_topic(kafka_bootstrap, topic, partitions=2, config=KEEP)
     # one record per hour over 30 hours: 12-hour files over two date folders
-    _produce(kafka_bootstrap, topic, [(p, b"a%d-%d" % (p, i), T0 + i * 3_600_000) for p in range(2) for i in range(30)])
+    produce_at(kafka_bootstrap, topic, [(p, b"a%d-%d" % (p, i), T0 + i * 3_600_000)
+                                        for p in range(2) for i in range(30)])
     out, buffer = tmp_path / "out", tmp_path / "buffer"
     buffer.mkdir()
     properties = {
@@ -517,10 +482,10 @@ def test_local_target_record_time_folders_and_resume(tmp_path: Path, kafka_boots
     assert files == sorted(f"{d}/{topic}-{p:05d}-{o:012d}.gz" for p in range(2)
                            for d, o in (("2016-02-24", 0), ("2016-02-24", 12), ("2016-02-25", 24)))
 
-    _produce(kafka_bootstrap, topic, [(p, b"a%d-%d" % (p, i), T0 + i * 3_600_000)
+    produce_at(kafka_bootstrap, topic, [(p, b"a%d-%d" % (p, i), T0 + i * 3_600_000)
                                       for p in range(2) for i in range(30, 40)])
     _run_in_process(tmp_path, kafka_bootstrap, properties)
-    assert _archived_records(store, "") == _topic_records(kafka_bootstrap, topic)
+    assert archived_records(store, "") == topic_records(kafka_bootstrap, topic)
     new_files = sorted(o.key for o in store.list() if o.key.endswith(".gz"))
     assert [k for k in new_files if k not in files] == [f"2016-02-25/{topic}-{p:05d}-000000000030.gz" for p in range(2)]
     assert list((out / ".tmp").iterdir()) == []

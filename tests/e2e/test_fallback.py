@@ -92,14 +92,14 @@ def test_lite_source_on_the_fallback(lite: LiteServer, kafka_bootstrap: str, tmp
 
 
 def test_archive_on_the_fallback(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
-    from e2e.test_archive import KEEP, T0, _archived_records, _produce, _topic_records
+    from archive_checks import KEEP, T0, archived_records, produce_at, topic_records
     from pubsub_connect.config import loader as cfg
     from pubsub_connect.io.objectstore import local as ostore_local
     from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import build_context, stages_for
 
     create_topic(kafka_bootstrap, unique_name, partitions=2, config=KEEP)
-    _produce(kafka_bootstrap, unique_name, [(p, b"a%d-%d" % (p, i), T0 + i) for p in range(2) for i in range(20)])
+    produce_at(kafka_bootstrap, unique_name, [(p, b"a%d-%d" % (p, i), T0 + i) for p in range(2) for i in range(20)])
     out, buffer = tmp_path / "out", tmp_path / "buffer"
     buffer.mkdir()
     worker = cfg.validate_worker({"bootstrap.servers": kafka_bootstrap, "storage.root": str(tmp_path / "storage"),
@@ -113,7 +113,7 @@ def test_archive_on_the_fallback(spark, kafka_bootstrap: str, tmp_path: Path, un
     store = ostore_local.LocalStore(out)
     assert sorted(o.key for o in store.list() if o.key.endswith(".gz")) == [
         f"2016-02-24/{unique_name}-{p:05d}-000000000000.gz" for p in range(2)]
-    assert _archived_records(store, "") == _topic_records(kafka_bootstrap, unique_name)
+    assert archived_records(store, "") == topic_records(kafka_bootstrap, unique_name)
 
 
 def test_without_an_artifact_repository_the_fallback_is_chosen_with_one_line(

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from archive_checks import KEEP, T0, archived_records, produce_at, topic_records
 from conftest import SecureKafka
 from e2e.harness import ENGINES
-from e2e.test_archive import KEEP, T0, _archived_records, _produce, _topic_records
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, publish, pull_all
 from pubsub_connect.io.objectstore.local import LocalStore
@@ -60,7 +60,7 @@ def test_sink_source_and_archive_log_in_with_sasl_ssl(engine: str, kafka_bootstr
     records_in, records_out = f"{unique_name}-in", f"{unique_name}-out"
     create_topic(kafka_bootstrap, records_in, partitions=2, config=KEEP)
     create_topic(kafka_bootstrap, records_out, partitions=1)
-    _produce(kafka_bootstrap, records_in, [(i % 2, b"s%d" % i, T0 + i) for i in range(12)])
+    produce_at(kafka_bootstrap, records_in, [(i % 2, b"s%d" % i, T0 + i) for i in range(12)])
     _, sink_subscription = create_topic_and_subscription(f"{unique_name}-sink")
     source_topic, source_subscription = create_topic_and_subscription(f"{unique_name}-source")
     publish(source_topic, [(b"m%d" % i, {}, None) for i in range(9)])
@@ -88,7 +88,7 @@ def test_sink_source_and_archive_log_in_with_sasl_ssl(engine: str, kafka_bootstr
     assert got == sorted(b"s%d" % i for i in range(12))
     assert_no_more_messages(sink_subscription, wait=1.0)
     assert sorted(r.value for r in consume_all(kafka_bootstrap, records_out)) == sorted(b"m%d" % i for i in range(9))
-    assert _archived_records(LocalStore(out), "") == _topic_records(kafka_bootstrap, records_in)
+    assert archived_records(LocalStore(out), "") == topic_records(kafka_bootstrap, records_in)
 
     password = kafka_sasl_ssl.password
     validate = cli("validate", "--worker", str(worker), str(sink), str(source), str(archive))

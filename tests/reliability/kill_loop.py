@@ -87,6 +87,16 @@ def pending_batch(checkpoint: Path) -> int | None:
     return newest if newest is not None and newest not in committed else None
 
 
+def batch_in_flight(checkpoint: Path, committed: int, committed_before: frozenset[int] = frozenset()) -> int | None:
+    """The batch a stage has planned and not committed, once it has committed at least
+    ``committed`` batches besides ``committed_before``; else None. Both fault loops time their
+    faults by it: a kill or an outage then meets that batch in flight."""
+    batch = pending_batch(checkpoint)
+    if batch is None or len(batch_ids(checkpoint / "commits") - committed_before) < committed:
+        return None
+    return batch
+
+
 def plan(targets: Sequence[Target], cycles: int, seed: int, max_batches: int = 2,
          max_delay_s: float = 0.05) -> list[KillPoint]:
     """Seeded kill points. Connectors take turns (in a shuffled order) to decide when the worker
@@ -159,14 +169,13 @@ def _await_point(proc: subprocess.Popen[bytes], decider: Target, point: KillPoin
     """Wait for ``point`` in the running worker; True once it is reached (the caller kills), False
     when the worker died of the one retried start-up failure."""
     deadline = time.monotonic() + timeout_s
-    committed_at_start: set[int] | None = None
+    committed_at_start: frozenset[int] | None = None
     while True:
         checkpoint = decider.checkpoints(proc.pid).get(point.stage)
         if checkpoint is not None:
-            committed = batch_ids(checkpoint / "commits")
             if committed_at_start is None:
-                committed_at_start = committed
-            if len(committed - committed_at_start) >= point.after_batches and pending_batch(checkpoint) is not None:
+                committed_at_start = frozenset(batch_ids(checkpoint / "commits"))
+            if batch_in_flight(checkpoint, point.after_batches, committed_at_start) is not None:
                 time.sleep(point.delay_s)  # the fault's timing, inside the planned batch
                 assert proc.poll() is None, f"worker exited ({proc.returncode}) before the kill in {point}"
                 return True

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from e2e.test_archive import T0, _archived_records, _produce, _topic_records, _values
+from archive_checks import T0, archive_values, archived_records, produce_at, topic_records
 from e2e.test_lite_sink import lite_path, read_table, write_connector
 from e2e.test_lite_source import message, source_connector
 from integration.kafka_helpers import Rec, consume_all, create_topic, produce
@@ -236,12 +236,12 @@ def archive(bootstrap: str, tmp_path: Path, name: str, volume: Volume) -> Scenar
 
     def feed(cycle: int) -> None:
         start = cycle * per_partition
-        _produce(bootstrap, name, [(p, v, T0 + (start + i) * 1000) for p in range(partitions)
-                                   for i, v in enumerate(_values(p, start, per_partition))])
+        produce_at(bootstrap, name, [(p, v, T0 + (start + i) * 1000) for p in range(partitions)
+                                   for i, v in enumerate(archive_values(p, start, per_partition))])
 
     def verify(kills: Sequence[Kill]) -> Tally:
-        archived = _archived_records(LocalStore(out), "")
-        assert archived == _topic_records(bootstrap, name)
+        archived = archived_records(LocalStore(out), "")
+        assert archived == topic_records(bootstrap, name)
         assert {tp: len(r) for tp, r in archived.items()} == {(name, p): volume.total // 3 for p in range(partitions)}
         assert not list(out.rglob("*.part")) and not list(buffer.rglob("*.part"))
         return Tally(sum(map(len, archived.values())))

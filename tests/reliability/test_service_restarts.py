@@ -38,7 +38,7 @@ from pubsub_connect.io.services.kafka import start_kafka
 from pubsub_connect.io.services.process import RunningService, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from reliability.forwarder import Forwarder
-from reliability.kill_loop import batch_ids, pending_batch
+from reliability.kill_loop import batch_ids, batch_in_flight, pending_batch
 from reliability.scenarios import at_least_once, batch_rows, coordinates, each_once, seq_of, topic_coordinates
 
 pytestmark = pytest.mark.slow
@@ -105,8 +105,8 @@ class Connector:
         checkpoint = self.checkpoint(stage)
         deadline = time.monotonic() + timeout_s
         while True:
-            batch = pending_batch(checkpoint)
-            if batch is not None and len(batch_ids(checkpoint / "commits")) >= committed:
+            batch = batch_in_flight(checkpoint, committed)
+            if batch is not None:
                 return batch
             self.assert_running()
             assert time.monotonic() < deadline, (f"{stage} had no batch in flight after {committed} within "

@@ -24,11 +24,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from archive_checks import T0, archived_records
 from pubsub_connect.config.loader import validate_connector
-from pubsub_connect.io.objectstore.archive_files import list_archive_files
 from pubsub_connect.io.objectstore.base import ObjectStore
 from pubsub_connect.io.objectstore.local import LocalStore
-from pubsub_connect.model.blockgzip.blocks import read_block, write_file
+from pubsub_connect.model.blockgzip.blocks import write_file
 from pubsub_connect.model.blockgzip.index import Chunk, parse_index, render_index
 from pubsub_connect.model.blockgzip.names import index_key
 from pubsub_connect.model.blockgzip.rotation import RotationPolicy
@@ -45,7 +45,6 @@ from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.runner.failures import is_transient
 
 DAY_MS = 86_400_000
-T0 = 1_456_272_000_000  # 2016-02-24T00:00:00Z
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -127,29 +126,6 @@ def _snapshot(store: ObjectStore, prefix: str = "") -> dict[str, bytes]:
     return {o.key: store.read(o.key) for o in store.list(prefix)}
 
 
-def _archived_records(store: ObjectStore, prefix: str) -> dict[tuple[str, int], list[tuple[int, bytes | None]]]:
-    """Every record in the store per topic-partition, checking each visible file on the way:
-    it has an index, its blocks tile it, each block decompresses alone to its index counts, and
-    consecutive files of a partition meet without gap or overlap."""
-    out: dict[tuple[str, int], list[tuple[int, bytes | None]]] = {}
-    for tp, files in list_archive_files(store, prefix).items():
-        records: list[tuple[int, bytes | None]] = []
-        for file in files:
-            assert file.has_index, file.name.gz_key
-            data = store.read(file.name.gz_key)
-            chunks = parse_index(store.read(file.name.index_key))
-            assert chunks[0].first_record_offset == file.name.first_offset
-            assert chunks[-1].byte_end == len(data) == file.size
-            if records:
-                assert file.name.first_offset == records[-1][0] + 1, f"gap/overlap before {file.name.gz_key}"
-            for chunk in chunks:
-                values = read_block(data[chunk.byte_offset:chunk.byte_end])
-                assert len(values) == chunk.num_records
-                records.extend((chunk.first_record_offset + i, v) for i, v in enumerate(values))
-        out[tp] = records
-    return out
-
-
 def _stream(partitions: int, per_partition: int, seed: int = 1) -> list[tuple[str, int, int, int, bytes | None]]:
     rng = random.Random(seed)
     records = []
@@ -194,7 +170,7 @@ def test_file_cuts_do_not_depend_on_micro_batches(tmp_path: Path) -> None:
     assert {k: v for k, v in whole.items() if "last_chunk_index" in k} == {
         f"arch/last_chunk_index.topic-a-{p:05d}.txt":
             index_key(max(k for k in gz_keys if f"-{p:05d}-" in k)).encode() for p in range(3)}
-    assert _archived_records(LocalStore(tmp_path / "whole" / "out"), "arch/") == {
+    assert archived_records(LocalStore(tmp_path / "whole" / "out"), "arch/") == {
         ("topic-a", p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
     # Every file was compressed once, in the batch that completed it; what earlier batches had
     # seen of it was read again once, from its first offset: no range twice.
@@ -312,7 +288,7 @@ def crash_then_resume(records: list[Record], make_store: Callable[[str], ObjectS
     second_run.finish()
     assert sum(report.skipped for report in second_run.reports) == 15
     assert _snapshot(crashed, "arch/") == expected
-    archived = _archived_records(crashed, "arch/")
+    archived = archived_records(crashed, "arch/")
     assert archived == {(topic, p): [(r[2], r[4]) for r in records if r[1] == p] for p in range(3)}
 
 
@@ -411,7 +387,7 @@ def test_resume_from_a_store_the_original_wrote(tmp_path: Path) -> None:
     run.batch([r for r in fed if r[2] >= 100])
     run.finish()
     assert sum(report.skipped for report in run.reports) == 0
-    archived = _archived_records(store, "systest/")  # checks every partition's files meet exactly
+    archived = archived_records(store, "systest/")  # checks every partition's files meet exactly
     assert archived == {(topic, p): [(o, values[(p, o)]) for o in range(120)] for p in range(3)}
     after = _snapshot(store)
     assert {k: after[k] for k in original if "last_chunk_index" not in k} == {
@@ -461,7 +437,7 @@ def test_open_files_are_written_offset_flush_interval_after_their_first_records_
     now[0] = 2.2
     run.flush_due()
     assert coordinator.next_flush() is None and coordinator.open_files() == {}
-    assert {tp: [o for o, _ in recs] for tp, recs in _archived_records(store, "arch/").items()} == {
+    assert {tp: [o for o, _ in recs] for tp, recs in archived_records(store, "arch/").items()} == {
         ("t", 0): list(range(8)), ("t", 1): list(range(6)), ("t", 2): list(range(2))}
     assert sorted(o.key.rsplit("/", 1)[1] for o in store.list() if o.key.endswith(".gz")) == [
         "t-00000-000000000000.gz", "t-00000-000000000005.gz", "t-00001-000000000000.gz", "t-00002-000000000000.gz"]
