@@ -619,6 +619,7 @@ def test_streaming_pull_batch_that_fills_flow_control_is_handed_out_at_once(
     with StreamingPuller(config) as puller:
         first = puller.collect(max_messages=10, timeout=3600)
         assert len(first) == expected and puller.held == expected
+        assert puller.collect(max_messages=10, timeout=3600) == []  # nothing more until they are acked
         puller.ack(first)
         second = puller.collect(max_messages=10, timeout=3600)
         assert len(second) == expected

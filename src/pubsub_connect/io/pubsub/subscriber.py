@@ -277,7 +277,9 @@ class StreamingPuller:
         """Up to ``max_messages`` messages received within ``timeout`` seconds, unacked.
 
         With ``idle_timeout``, return earlier once at least one message arrived and no new one
-        came for that long (useful to drain a backlog in ``--once`` mode).
+        came for that long (useful to drain a backlog in ``--once`` mode). Nothing, at once, while
+        the messages handed out and not acked fill the flow-control limits: on the emulator the
+        client holds more than that, and the limits are this method's to keep.
         """
         if not self._futures:
             self.start()
@@ -285,7 +287,7 @@ class StreamingPuller:
         deadline = time.monotonic() + timeout
         out: list[PulledMessage] = []
         last_at = time.monotonic()
-        while len(out) < max_messages:
+        while len(out) < max_messages and not self._flow_saturated():
             now = time.monotonic()
             wait = deadline - now
             if out and idle_timeout is not None:
@@ -312,8 +314,6 @@ class StreamingPuller:
                 delivery_attempt=message.delivery_attempt,
                 ack_id=message.ack_id,
             ))
-            if self._flow_saturated():
-                break
         return out
 
     def _flow_saturated(self) -> bool:
