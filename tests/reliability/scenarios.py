@@ -237,7 +237,7 @@ def archive(bootstrap: str, tmp_path: Path, name: str, volume: Volume) -> Scenar
     def feed(cycle: int) -> None:
         start = cycle * per_partition
         produce_at(bootstrap, name, [(p, v, T0 + (start + i) * 1000) for p in range(partitions)
-                                   for i, v in enumerate(archive_values(p, start, per_partition))])
+                                     for i, v in enumerate(archive_values(p, start, per_partition))])
 
     def verify(kills: Sequence[Kill]) -> Tally:
         archived = archived_records(LocalStore(out), "")

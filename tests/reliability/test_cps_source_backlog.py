@@ -9,8 +9,10 @@ was then pulled over and over (``SubscriberConfig.client_flow_control``). The te
 
 - bronze holds every published message id, and its rows (the deliveries) are at most 1.1 times the
   messages;
-- Kafka (``read_committed``) holds every message's sequence id exactly once;
-- the pull never printed its "not making progress" line.
+- Kafka (``read_committed``) holds every message's sequence id exactly once.
+
+A pull going round in circles would stop ``run --once`` with its "not making progress" error
+before that (``pipelines/redeliveries.py``).
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from pubsub_connect.io.tables import BRONZE, SparkDeltaTableStore, TableRef
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
 
 BACKLOG = 50_000
-#: Deliveries allowed per message: a few may come again after a kill-free run's lease renewal
-#: lost a race with the load, never the backlog over again.
+#: Deliveries allowed per message: a few may come again when a lease renewal loses a race with
+#: the load, never the backlog over again.
 MAX_DELIVERIES_PER_MESSAGE = 1.1
 
 
@@ -77,9 +79,8 @@ def test_backlog_of_50000_drains_with_each_message_pulled_about_once(spark, kafk
         # client left unleased comes again after 10 s, not 60 s, so the test needs no longer
         # pull than that to see it
         "cps.streamingPull.maxMsPerAckExtension": "10000"})
-    lines: list[str] = []
     with slow_bronze_commits(SLOW_COMMIT_S):
-        ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
+        ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
 
     bronze = ctx.store.read(TableRef(BRONZE, unique_name)).select("message_id").collect()
     deliveries = Counter(row.message_id for row in bronze)
@@ -90,4 +91,3 @@ def test_backlog_of_50000_drains_with_each_message_pulled_about_once(spark, kafk
 
     in_kafka = Counter(int(record.value[:8]) for record in consume_all(kafka_bootstrap, unique_name))
     assert in_kafka == Counter(range(BACKLOG))
-    assert not [line for line in lines if "not making progress" in line]

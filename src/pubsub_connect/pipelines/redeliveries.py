@@ -43,8 +43,6 @@ class RedeliveryWatch:
         self._window: deque[BatchDeliveries] = deque(maxlen=window)
         self._share = no_progress_share
         self._reported = False
-        self.total_delivered = 0
-        self.total_repeated = 0
 
     def committed(self, message_ids: Iterable[str]) -> BatchDeliveries:
         """Record a committed batch's message ids; returns its counts."""
@@ -60,8 +58,6 @@ class RedeliveryWatch:
                 self._committed.discard(self._order.popleft())
         batch = BatchDeliveries(delivered, repeated)
         self._window.append(batch)
-        self.total_delivered += delivered
-        self.total_repeated += repeated
         return batch
 
     def verdict(self, subscription: str) -> str | None:
