@@ -1,7 +1,7 @@
 """End-to-end latency (Kafka produce → Pub/Sub receive) in continuous mode, and cold start.
 
-    .venv/bin/python benchmarks/latency.py [--rate 50] [--seconds 30] [--trigger-ms 1000] [--skip-cold-start]
-                                           [--spark KEY=VALUE ...]
+    .venv/bin/python benchmarks/latency.py [--rate 50] [--seconds 30] [--mode staged|fused] [--trigger-ms MS]
+                                           [--skip-cold-start] [--spark KEY=VALUE ...]
 
 Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
 
@@ -21,8 +21,10 @@ Starts a local Kafka broker and Google's Pub/Sub emulator, then measures:
    micro-batch makes many Py4J calls, and a user's subscriber does not share the connector's
    process. ``--receiver in-process`` measures the old way, for comparison.
 
-The latency floor is the trigger interval (``pipeline.trigger.interval.ms``, default 1000 ms)
-times the three chained stages (ingest → convert → publish, each a micro-batch over Delta).
+In the staged mode the latency floor is the trigger interval (``pipeline.trigger.interval.ms``,
+default 1000 ms) times the three chained stages (ingest → convert → publish, each a micro-batch
+over Delta). ``--mode fused`` runs the one fused query (``pipeline.mode=fused``), whose trigger
+interval is 0 unless ``--trigger-ms`` sets one.
 """
 
 from __future__ import annotations
@@ -204,11 +206,11 @@ def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
             receiver.close()
 
 
-def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int,
+def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_ms: int | None,
             drain_timeout_s: float, spark_conf: dict[str, str] | None = None,
-            receiver_in_process: bool = False) -> dict[str, Any]:
+            receiver_in_process: bool = False, mode: str = "staged") -> dict[str, Any]:
     """Latencies of ``rate * seconds`` records through the continuously running sink."""
-    from pubsub_connect.pipelines.cps_sink import STAGES
+    from pubsub_connect.pipelines.runtime import connector_stages
 
     name = "latency"
     create_kafka_topic(bootstrap, name, 1)
@@ -216,12 +218,12 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
     receiver: Receiver | ReceiverProcess = (
         Receiver(subscription) if receiver_in_process else ReceiverProcess(subscription))
     samples: list[tuple[int, float]] = []
+    trigger = {} if trigger_ms is None else {"pipeline.trigger.interval.ms": str(trigger_ms)}
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),
-                                  "pipeline.trigger.interval.ms": str(trigger_ms), "spark.master": "local[2]",
-                                  **(spark_conf or {})})
-    connector = cfg.validate_connector(sink_keys(name), f"<{name}>")
+                                  "spark.master": "local[2]", "pipeline.mode": mode, **trigger, **(spark_conf or {})})
+    connector = cfg.validate_connector(sink_keys(name), f"<{name}>", worker=worker)
     ctx = quiet_context(worker, once=False)
-    running = StagesThread(ctx, connector, STAGES)
+    running = StagesThread(ctx, connector, connector_stages(connector))
     p = producer(bootstrap)
     try:
         # Warm-up: one record all the way through before timing.
@@ -273,8 +275,17 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
             "ingest_p50_ms": pct(ingest_ms, 0.50), "ingest_p99_ms": pct(ingest_ms, 0.99),
             "p50_first_third_ms": statistics.median(by_stamp[:third]),
             "p50_last_third_ms": statistics.median(last_third), "p99_last_third_ms": pct(last_third, 0.99),
-            "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "trigger_ms": trigger_ms,
+            "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "mode": mode,
+            "trigger_ms": effective_trigger_ms(worker, mode),
             "receiver": "in-process" if receiver_in_process else "child"}
+
+
+def effective_trigger_ms(worker: cfg.WorkerConfig, mode: str) -> int:
+    """The trigger interval the sink ran with: the worker's, or the fused query's default when unset."""
+    from pubsub_connect.pipelines.fused_sink import DEFAULT_TRIGGER_MS
+
+    setting = worker.settings["pipeline.trigger.interval.ms"]
+    return DEFAULT_TRIGGER_MS if mode == "fused" and setting.origin == "default" else int(setting.value)
 
 
 def ingest_latencies(ctx: Any, name: str) -> list[float]:
@@ -294,7 +305,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=50.0, help="records per second")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long to produce")
-    parser.add_argument("--trigger-ms", type=int, default=1000, help="pipeline.trigger.interval.ms")
+    parser.add_argument("--mode", choices=("staged", "fused"), default="staged", help="pipeline.mode")
+    parser.add_argument("--trigger-ms", type=int, default=None,
+                        help="pipeline.trigger.interval.ms (default: the mode's, 1000 staged, 0 fused)")
     parser.add_argument("--skip-cold-start", action="store_true")
     parser.add_argument("--timeout", type=float, default=300.0, help="cold start / drain timeout, seconds")
     parser.add_argument("--receiver", choices=("child", "in-process"), default="child",
@@ -314,10 +327,11 @@ def main() -> None:
                 print(f"cold start: {results['cold_start_s']:.1f} s", flush=True)
             (root / "latency").mkdir()
             results["latency"] = latency(bootstrap, root / "latency", args.rate, args.seconds, args.trigger_ms,
-                                         args.timeout, spark_conf, args.receiver == "in-process")
+                                         args.timeout, spark_conf, args.receiver == "in-process", args.mode)
     lat = results["latency"]
     rows = [
-        ("produced at", f"{lat['rate']:g} msg/s for {lat['seconds']:g} s, trigger {lat['trigger_ms']} ms"),
+        ("produced at", f"{lat['rate']:g} msg/s for {lat['seconds']:g} s, pipeline.mode={lat['mode']}, "
+                        f"trigger {lat['trigger_ms']} ms"),
         ("received", f"{lat['received']:,} of {lat['produced']:,} (subscriber: {lat['receiver']})"),
         ("latency p50 / p90 / p99", f"{lat['p50_ms']:,.0f} / {lat['p90_ms']:,.0f} / {lat['p99_ms']:,.0f} ms"),
         ("latency max / mean", f"{lat['max_ms']:,.0f} / {lat['mean_ms']:,.0f} ms"),

@@ -142,13 +142,14 @@ def _use_running_services(worker: cfg.WorkerConfig) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from pubsub_connect.connect.locks import ConnectorLock
-    from pubsub_connect.pipelines.runtime import stages_for
+    from pubsub_connect.pipelines.context import lock_names
+    from pubsub_connect.pipelines.runtime import connector_stages
 
     run_config = cfg.load(args.connectors, args.worker, args.overrides)
     _use_running_services(run_config.worker)
     plans = []
     for connector in run_config.connectors:
-        stages = list(stages_for(connector.kind))
+        stages = list(connector_stages(connector, lambda line: print(line, flush=True)))
         if args.stage:
             unknown = set(args.stage) - {s.name for s in stages}
             if unknown:
@@ -160,8 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # one process per connector stage: another run or a worker holding one of them is refused here
     with contextlib.ExitStack() as locks:
         for connector, stages in plans:
-            locks.enter_context(ConnectorLock(run_config.worker.storage_root, connector.name,
-                                              [s.name for s in stages]))
+            locks.enter_context(ConnectorLock(run_config.worker.storage_root, connector.name, lock_names(stages)))
         return _run_plans(args, run_config, plans)
 
 

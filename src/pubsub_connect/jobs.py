@@ -95,17 +95,20 @@ def check_deployment_values(run_config: cfg.RunConfig) -> None:
                                   f"--var {variable}=<value> (variable {variable} in databricks.yml)")
 
 
-def select_stages(kind: str, names: Sequence[str]) -> list[Any]:
-    """The connector's stages named by ``--stage`` (all when none), in pipeline order."""
-    from pubsub_connect.pipelines.runtime import stages_for
+def select_stages(connector: cfg.ConnectorConfig, names: Sequence[str],
+                  progress: Callable[[str], None] | None = None) -> list[Any]:
+    """The connector's stages in its ``pipeline.mode`` named by ``--stage`` (all when none), in
+    pipeline order."""
+    from pubsub_connect.pipelines.runtime import connector_stages
 
-    stages = list(stages_for(kind))
+    stages = list(connector_stages(connector, progress))
     if not names:
         return stages
     known = [stage.name for stage in stages]
     unknown = sorted(set(names) - set(known))
     if unknown:
-        raise ConfigError(f"unknown stage(s) {unknown} for a {kind} connector (stages: {', '.join(known)})")
+        raise ConfigError(f"unknown stage(s) {unknown} for a {connector.kind} connector in pipeline.mode="
+                          f"{connector.get('pipeline.mode')} (stages: {', '.join(known)})")
     return [stage for stage in stages if stage.name in names]
 
 
@@ -153,7 +156,7 @@ def run(args: argparse.Namespace, resolver: SecretResolver, emit: Callable[[str]
     if running_on_databricks():
         check_deployment_values(run_config)
     connector = run_config.connectors[0]
-    stages = select_stages(connector.kind, args.stage)
+    stages = select_stages(connector, args.stage, emit)
     apply_tasks_max(run_config)
     ctx = build_context(run_config.worker, once=args.once, progress=emit)
     names = ", ".join(stage.name for stage in stages)

@@ -110,7 +110,7 @@ def write_connector_config(path: Path) -> Path:
 
 def run_quickstart(storage_root: str | None, records: int) -> int:
     from pubsub_connect.pipelines.runner.supervisor import run_stages
-    from pubsub_connect.pipelines.runtime import build_context, stages_for
+    from pubsub_connect.pipelines.runtime import build_context, connector_stages
 
     root = Path(storage_root or tempfile.mkdtemp(prefix="pubsub-connect-quickstart-")).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,7 @@ def run_quickstart(storage_root: str | None, records: int) -> int:
             ctx = build_context(run.worker, once=True, progress=lambda line: print(line, flush=True))
             print(f"engine: {ctx.caps.describe()}", flush=True)
             try:
-                run_stages(ctx, connector, stages_for(connector.kind))
+                run_stages(ctx, connector, connector_stages(connector, ctx.progress))
             finally:
                 ctx.spark.stop()
             messages = _pull_all(emulator, subscription_path, records)

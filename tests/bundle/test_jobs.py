@@ -125,7 +125,8 @@ def test_unknown_stage_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFix
         jobs.main(["--connector", connector, "--stage", "publsh"], secret_getter=FakeSecrets({}))
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
-        "error: unknown stage(s) ['publsh'] for a cps_sink connector (stages: ingest, convert, publish)\n")
+        "error: unknown stage(s) ['publsh'] for a cps_sink connector in pipeline.mode=staged "
+        "(stages: ingest, convert, publish)\n")
 
 
 def test_redacting_filter_masks_messages_arguments_and_tracebacks() -> None:
@@ -233,4 +234,5 @@ def test_off_databricks_the_same_values_are_left_alone(monkeypatch: pytest.Monke
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     secrets = FakeSecrets({("pubsub-connect", "gcp-credentials-json"): GCP_JSON})
     assert _stopped_by_a_user_error(secrets, capsys) == (
-        "error: unknown stage(s) ['publsh'] for a cps_sink connector (stages: ingest, convert, publish)\n")
+        "error: unknown stage(s) ['publsh'] for a cps_sink connector in pipeline.mode=staged "
+        "(stages: ingest, convert, publish)\n")

@@ -11,7 +11,7 @@ from pubsub_connect.io.spark import capabilities
 from pubsub_connect.io.tables import table_store
 from pubsub_connect.pipelines.context import PipelineContext
 from pubsub_connect.pipelines.runner.supervisor import run_stages
-from pubsub_connect.pipelines.runtime import stages_for
+from pubsub_connect.pipelines.runtime import connector_stages
 
 PROJECT = "test-project"
 
@@ -50,7 +50,7 @@ def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, *
 def run_once(spark, bootstrap: str, root: Path, connector: cfg.ConnectorConfig, lines: list[str] | None = None,
              **worker: str) -> PipelineContext:
     ctx = context(spark, bootstrap, root, lines, **worker)
-    run_stages(ctx, connector, stages_for(connector.kind))
+    run_stages(ctx, connector, connector_stages(connector))
     return ctx
 
 

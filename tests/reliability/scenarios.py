@@ -178,6 +178,47 @@ def cps_sink(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volu
     return Scenario(Target(name, stages, stage_checkpoints(root, name, stages)), properties, feed, verify)
 
 
+def kafka_batch_records(checkpoint: Path, batch: int, topic: Iterable[tuple[int, int, bytes]]) -> set[bytes]:
+    """Values of the Kafka records a streaming query's micro-batch ``batch`` read: those between
+    the previous batch's end offsets (or the partition's start) and this batch's."""
+    end = _offset_line(checkpoint, batch)
+    if end is None:
+        return set()
+    start = _offset_line(checkpoint, batch - 1) or {}
+    (topic_name, ends), = end.items()
+    starts = start.get(topic_name, {})  # type: ignore[union-attr]
+    return {value for partition, offset, value in topic
+            if int(starts.get(str(partition), 0)) <= offset < int(ends.get(str(partition), 0))}  # type: ignore[union-attr]
+
+
+def cps_sink_fused(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volume) -> Scenario:
+    """The Cloud Pub/Sub sink with ``pipeline.mode=fused``: one query, on the ``ingest`` checkpoint,
+    lands bronze while it publishes; Pub/Sub may repeat only the records of a batch a kill cut short."""
+    create_topic(bootstrap, name, partitions=3)
+    _, subscription = create_topic_and_subscription(name, ack_deadline_seconds=60)
+    properties = tmp_path / f"{name}.properties"
+    properties.write_text(f"name={name}\nconnector.class=cps-sink\ntopics={name}\ncps.project=test-project\n"
+                          f"cps.topic={name}\ncps.useEmulator=true\nmaxBufferSize=50\npipeline.mode=fused\n")
+    checkpoint = root / "checkpoints" / name / "ingest"
+
+    def feed(cycle: int) -> None:
+        produce(bootstrap, name, [Rec(f"seq-{i}".encode(), key=f"k{i % 7}".encode()) for i in volume.ids(cycle)])
+
+    def verify(kills: Sequence[Kill]) -> Tally:
+        topic = topic_coordinates(consume_all(bootstrap, name))
+        assert sorted(seq_of(v) for _, _, v in topic) == list(range(volume.total)), "the test's own input"
+        each_once(coordinates(read_table(root, "bronze", name)), topic, "bronze")
+        assert not (root / "outbox" / name).exists(), "the fused mode writes no outbox"
+        received = pull_distinct(subscription, set(range(volume.total)), lambda m: seq_of(m.data), timeout=180)
+        may_repeat = {seq_of(value) for kill in kills if (batch := kill.interrupted.get(name, {}).get("fused"))
+                      is not None for value in kafka_batch_records(checkpoint, batch, topic)}
+        duplicates = at_least_once(Counter(seq_of(m.data) for m in received), range(volume.total), may_repeat,
+                                   "Pub/Sub")
+        return Tally(volume.total, duplicates)
+
+    return Scenario(Target(name, ("fused",), lambda _pid: {"fused": checkpoint}), properties, feed, verify)
+
+
 def cps_source(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volume) -> Scenario:
     # ``pull`` is not a streaming query (no checkpoint): the kill points are the two that are.
     stages = ("convert", "produce")

@@ -49,7 +49,7 @@ class Stages:
     started: dict[str, list[FakeQuery]] = field(default_factory=dict)
     changed: threading.Condition = field(default_factory=threading.Condition)
 
-    def __call__(self, kind: str) -> tuple[Stage, ...]:
+    def __call__(self, connector: cfg.ConnectorConfig) -> tuple[Stage, ...]:
         def start(stage: str):
             def begin(ctx: Any, config: cfg.ConnectorConfig) -> FakeQuery:
                 failure = ("pubsub_connect.model.connect.DataError: t-0@5: value is not valid JSON"

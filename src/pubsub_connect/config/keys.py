@@ -95,6 +95,14 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
     return Key(name, type_, default, doc, **kw)
 
 
+#: ``pipeline.mode``: how a connector's work is split into streaming queries.
+PIPELINE_MODES = ("staged", "fused")
+PIPELINE_MODE_DOC = ("staged: three streaming queries per connector (ingest, convert, publish) handing records "
+                     "on through the bronze and outbox tables; fused: one query per sink connector that lands "
+                     "bronze while it converts and publishes each micro-batch (lower latency and CPU, no outbox). "
+                     "Connectors without a fused form run staged.")
+
+
 # Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).
 COMMON_KEYS: tuple[Key, ...] = (
     _k("name", "string", REQUIRED, "Unique connector name: names its tables and checkpoints."),
@@ -120,6 +128,8 @@ COMMON_KEYS: tuple[Key, ...] = (
     _k("errors.deadletterqueue.topic.replication.factor", "int", 3, "Accepted for compatibility (unused).",
        min=-1),
     _k("errors.log.enable", "boolean", False, "Log every dead-lettered record (without its bytes)."),
+    _k("pipeline.mode", "enum", None, "How the connector runs (default: the worker's pipeline.mode). "
+       + PIPELINE_MODE_DOC, choices=PIPELINE_MODES),
 )
 
 SINK_TOPIC_KEYS: tuple[Key, ...] = (
@@ -291,6 +301,8 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("offset.flush.interval.ms", "long", 60_000,
        "Continuous mode: the archive writes an open file at most this long after its first record arrived "
        "(Connect commits, and the original archive sink uploads, at this interval).", min=0),
+    _k("pipeline.mode", "enum", "staged", "Default pipeline.mode of the worker's connectors. " + PIPELINE_MODE_DOC,
+       choices=PIPELINE_MODES),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("listeners", "string", "http://127.0.0.1:8083",
@@ -319,5 +331,5 @@ WORKER_IGNORED = frozenset({
 })
 
 # Keys a worker may give connectors as defaults (Kafka Connect semantics).
-INHERITED_BY_CONNECTORS = ("key.converter", "value.converter", "header.converter", "key.converter.schemas.enable",
-                           "value.converter.schemas.enable")
+INHERITED_BY_CONNECTORS = ("pipeline.mode", "key.converter", "value.converter", "header.converter",
+                           "key.converter.schemas.enable", "value.converter.schemas.enable")

@@ -30,7 +30,7 @@ from pubsub_connect.connect.config_store import STARTED, STOPPED, TARGET_STATES,
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
 from pubsub_connect.connect.plugins import HIDDEN, shown
 from pubsub_connect.model.error_text import error_line
-from pubsub_connect.pipelines.context import PipelineContext, Stage
+from pubsub_connect.pipelines.context import PipelineContext, Stage, lock_names
 from pubsub_connect.pipelines.runner.supervisor import run_stages
 
 log = logging.getLogger(__name__)
@@ -84,8 +84,8 @@ class Herder:
 
     def __init__(self, worker: cfg.WorkerConfig, worker_id: str,
                  context: Callable[[], PipelineContext], progress: Callable[[str], None] = print,
-                 stages_for: Callable[[str], Any] | None = None):
-        from pubsub_connect.pipelines.runtime import stages_for as pipeline_stages
+                 stages_for: Callable[[cfg.ConnectorConfig], Any] | None = None):
+        from pubsub_connect.pipelines.runtime import connector_stages
 
         self.worker = worker
         self.worker_id = worker_id
@@ -94,7 +94,7 @@ class Herder:
         self._context: PipelineContext | None = None
         self._context_lock = threading.Lock()
         self.progress = progress
-        self.stages_for = stages_for or pipeline_stages
+        self.stages_for = stages_for or (lambda config: connector_stages(config, progress))
         self._mutex = threading.RLock()
         self._connectors: dict[str, ConnectorRuntime] = {}
 
@@ -331,9 +331,9 @@ class Herder:
         runtime.trace = None
         try:
             runtime.config = cfg.validate_connector(dict(runtime.stored.config), runtime.name, worker=self.worker)
-            runtime.stages = tuple(self.stages_for(runtime.config.kind))
+            runtime.stages = tuple(self.stages_for(runtime.config))
             runtime.lock.release()  # the stages may differ after a config change
-            runtime.lock = ConnectorLock(self.worker.storage_root, runtime.name, [s.name for s in runtime.stages])
+            runtime.lock = ConnectorLock(self.worker.storage_root, runtime.name, lock_names(runtime.stages))
             if target != STOPPED:  # a stopped connector is free for the offsets tools
                 runtime.lock.acquire()
         except (ConfigError, ConnectorBusyError) as exc:

@@ -115,8 +115,26 @@ def lite_start_path(checkpoint: str) -> Path:
 
 
 def write_lite_start(checkpoint: str, positions: dict[int, int]) -> None:
-    path = lite_start_path(checkpoint)
+    write_json(lite_start_path(checkpoint), {str(p): o for p, o in sorted(positions.items())})
+
+
+def beside(checkpoint: str, name: str) -> Path:
+    """A file beside a connector's stage checkpoints (``<checkpoints>/<connector>/<name>``): the
+    connector's bookkeeping that no single stage owns, such as its pipeline mode."""
+    return _local(checkpoint).parent / name
+
+
+def read_json(path: Path) -> Any | None:
+    """A bookkeeping file's JSON, None when there is none."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Replace a bookkeeping file at once (a crash leaves the old content or the new, never half)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".tmp")
-    temp.write_text(json.dumps({str(p): o for p, o in sorted(positions.items())}))
+    temp.write_text(json.dumps(value))
     temp.replace(path)

@@ -11,6 +11,10 @@ after a start, the only one a stream can replay, which also carries a Delta tran
 delta-rs (:class:`DeltaRsTableStore`) records a Delta transaction id (``txn``) with every append,
 which it reads cheaply, and checks it before each. A replayed batch therefore leaves the table
 unchanged.
+
+Why one module: the three stores are one interface and its implementations side by side,
+and a change to the interface (a new operation every stage relies on) has to be made, and read, in
+all of them at once.
 """
 
 from __future__ import annotations
@@ -138,6 +142,17 @@ class TableStore(ABC):
         return self.count(table)
 
     @abstractmethod
+    def version(self, table: TableRef) -> int:
+        """The table's newest committed Delta version."""
+
+    @abstractmethod
+    def commit_note(self, table: TableRef, note: str) -> int:
+        """Commit a version that changes no data, carrying ``note`` (table property
+        ``pubsub-connect.note``); returns it. Why: a new stream can start at it (Delta's
+        ``startingVersion`` must name a version that exists), and everything before it is then
+        behind that stream, whatever another writer appends meanwhile."""
+
+    @abstractmethod
     def committed_version(self, table: TableRef, app_id: str) -> int | None:
         """Highest batch id committed by ``app_id``, None when it never wrote."""
 
@@ -146,10 +161,11 @@ class TableStore(ABC):
 
     @abstractmethod
     def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
-                    max_bytes_per_trigger: int | None = None) -> DataFrame:
+                    max_bytes_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
         """Stream the table's appends, a micro-batch bounded by Delta Lake's ``maxFilesPerTrigger`` /
         ``maxBytesPerTrigger`` (soft bounds: a batch takes one file at least; the fallback reader
-        takes whole commits)."""
+        takes whole commits); ``starting_version``: a new checkpoint reads the commits from that
+        version on (Delta's ``startingVersion``), not the table from its start."""
 
     def count(self, table: TableRef) -> int:
         return self.read(table).count() if self.exists(table) else 0
@@ -242,9 +258,23 @@ class DeltaRsTableStore(TableStore):
     def read(self, table: TableRef) -> DataFrame:
         return self.spark.read.format("pubsub_connect_delta").load(self.path(table))
 
+    def version(self, table: TableRef) -> int:
+        from deltalake import DeltaTable
+
+        return int(DeltaTable(self.path(table), storage_options=self.storage_options).version())
+
+    def commit_note(self, table: TableRef, note: str) -> int:
+        from deltalake import DeltaTable
+
+        delta = DeltaTable(self.path(table), storage_options=self.storage_options)
+        delta.alter.set_table_properties({"pubsub-connect.note": note}, raise_if_not_exists=False)
+        return self.version(table)
+
     def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
-                    max_bytes_per_trigger: int | None = None) -> DataFrame:
+                    max_bytes_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
         reader = self.spark.readStream.format("pubsub_connect_delta")
+        if starting_version is not None:
+            reader = reader.option("startingVersion", str(starting_version))
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
         if max_bytes_per_trigger:
@@ -344,6 +374,18 @@ class SparkDeltaTableStore(TableStore):
         rows = self.spark.sql(f"DESCRIBE HISTORY {target} LIMIT {int(count)}").select("version", "userMetadata")
         return [row.userMetadata for row in sorted(rows.collect(), key=lambda row: -row.version)]
 
+    def _sql_target(self, table: TableRef) -> str:
+        return self.table_name(table) or "delta.`{}`".format(self.path(table).replace("`", "``"))
+
+    def version(self, table: TableRef) -> int:
+        return int(self.spark.sql(f"DESCRIBE HISTORY {self._sql_target(table)} LIMIT 1").select("version").first()[0])
+
+    def commit_note(self, table: TableRef, note: str) -> int:
+        # a property change always commits a version (an empty append commits none on Delta Lake)
+        text = note.replace("\\", "\\\\").replace("'", "\\'")
+        self.spark.sql(f"ALTER TABLE {self._sql_target(table)} SET TBLPROPERTIES ('pubsub-connect.note' = '{text}')")
+        return self.version(table)
+
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
         """Append with ``app_id``'s mark for ``batch_id`` in the commit's ``userMetadata``; False
         (nothing written) when that batch is already in the table.
@@ -393,8 +435,10 @@ class SparkDeltaTableStore(TableStore):
             self.spark.read.format("delta").load(self.path(table))
 
     def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
-                    max_bytes_per_trigger: int | None = None) -> DataFrame:
+                    max_bytes_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
         reader = self.spark.readStream.format("delta")
+        if starting_version is not None:
+            reader = reader.option("startingVersion", str(starting_version))
         if max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", str(max_files_per_trigger))
         if max_bytes_per_trigger:

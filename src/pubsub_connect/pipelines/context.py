@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -98,12 +98,14 @@ class PipelineContext:
             return {"availableNow": True}
         return {"processingTime": f"{int(self.worker.get('pipeline.trigger.interval.ms'))} milliseconds"}
 
-    def read_table_stream(self, table: TableRef) -> DataFrame:
+    def read_table_stream(self, table: TableRef, starting_version: int | None = None) -> DataFrame:
         """Stream a previous stage's appends, a micro-batch bounded by ``pipeline.max.files.per.trigger``
         and ``pipeline.max.bytes.per.trigger``, so that a stage that was stopped while the one before
-        it ran on does not take the whole backlog in one micro-batch when it starts again."""
+        it ran on does not take the whole backlog in one micro-batch when it starts again
+        (``starting_version``: see :meth:`TableStore.read_stream`)."""
         return self.store.read_stream(table, int(self.worker.get("pipeline.max.files.per.trigger")) or None,
-                                      int(self.worker.get("pipeline.max.bytes.per.trigger")) or None)
+                                      int(self.worker.get("pipeline.max.bytes.per.trigger")) or None,
+                                      starting_version)
 
     def batch_app_id(self, config: ConnectorConfig, stage: str, part: str = "") -> str:
         """The app id of a stage's micro-batches in its table appends (their marks and Delta
@@ -122,15 +124,19 @@ class PipelineContext:
         return stage_app_id(f"{config.name}/{stage}{part}", query_id)
 
     def start_batches(self, source: DataFrame, config: ConnectorConfig, stage: str,
-                      process: Callable[[DataFrame, int], None]) -> StreamingQuery:
+                      process: Callable[[DataFrame, int], None], *, checkpoint_of: str | None = None,
+                      trigger: dict[str, Any] | None = None) -> StreamingQuery:
         """Start a stage: ``process(batch, batch_id)`` for every micro-batch of ``source``, with
-        the stage's checkpoint (its Connect offsets), name and this run's trigger."""
-        checkpoint = self.store.checkpoint(config.name, stage)
+        the stage's checkpoint (its Connect offsets), name and this run's trigger.
+
+        ``checkpoint_of``: the stage whose checkpoint the query continues (a fused query takes over
+        its connector's ``ingest`` position); ``trigger``: in place of the run's."""
+        checkpoint = self.store.checkpoint(config.name, checkpoint_of or stage)
         self._checkpoint_ids.pop(checkpoint, None)  # re-read: the checkpoint may have been replaced
         return (source.writeStream.foreachBatch(process)
                 .option("checkpointLocation", checkpoint)
                 .queryName(query_name(config, stage))
-                .trigger(**self.trigger())
+                .trigger(**(trigger or self.trigger()))
                 .start())
 
     def librdkafka_client(self, role: str, config: ConnectorConfig | None = None) -> dict[str, str]:
@@ -195,6 +201,18 @@ StageFn = Callable[[PipelineContext, ConnectorConfig], "SupervisedQuery"]
 class Stage:
     name: str
     start: StageFn
+    #: Other stages whose work and checkpoints this one takes over (a fused query does its
+    #: connector's ingest, convert and publish): a process running it holds their locks too.
+    takes_over: tuple[str, ...] = ()
+
+    @property
+    def lock_names(self) -> tuple[str, ...]:
+        return (self.name, *self.takes_over)
+
+
+def lock_names(stages: Sequence[Stage]) -> list[str]:
+    """The stage locks a process running ``stages`` must hold."""
+    return [name for stage in stages for name in stage.lock_names]
 
 
 def query_name(config: ConnectorConfig, stage: str) -> str:

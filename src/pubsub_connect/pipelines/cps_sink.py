@@ -9,6 +9,8 @@ The stages (each a streaming query with its own checkpoint, each runnable alone)
 3. ``publish`` — outbox → Pub/Sub (``BatchPublisher.publish_batches``: encoded requests without
    ordering keys, the official publisher with them). A micro-batch (and so the checkpoint)
    commits only after every message was accepted: at-least-once, no loss.
+
+With ``pipeline.mode=fused`` one query does all three (:mod:`.fused_sink`): ``FUSED_STAGES``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,9 @@ from pubsub_connect.model.cps_sink.settings import CpsSinkSettings
 from pubsub_connect.model.schemas import KAFKA_BRONZE, KAFKA_DLQ, PUBSUB_OUTBOX
 from pubsub_connect.pipelines.context import PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import DeadLetterRows, append_converted
+from pubsub_connect.pipelines.fused_sink import SinkPublishing, start_fused_sink
 from pubsub_connect.pipelines.kafka_ingest import ingest
+from pubsub_connect.pipelines.modes import convert_start, hand_back_to_staged
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
 
@@ -76,6 +80,7 @@ def report_empty_records(config: ConnectorConfig, converted: DataFrame) -> None:
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    start = convert_start(ctx, config)
     bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
     ctx.store.ensure(bronze, KAFKA_BRONZE)
     ctx.store.ensure(outbox, PUBSUB_OUTBOX)
@@ -101,7 +106,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             if cached is not None:
                 cached.unpersist()
 
-    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
+    return ctx.start_batches(ctx.read_table_stream(bronze, start), config, "convert", process)
 
 
 class PubSubPublishPartition:
@@ -151,4 +156,24 @@ def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
                             lambda batch: publish_to_pubsub(batch, publisher_config, tasks))
 
 
-STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]
+def staged_ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """The ``ingest`` stage, after a hand-back from the fused mode when that mode ran last."""
+    hand_back_to_staged(ctx, config, fused)
+    return ingest(ctx, config)
+
+
+def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """``pipeline.mode=fused``: Kafka → bronze and, beside it, Kafka → data model → Pub/Sub."""
+    publisher_config = cps_publisher_config(config)
+    tasks = int(config.get("tasks.max"))
+    conversion = CpsSinkConversion(sink_settings(config))
+    sink = SinkPublishing(
+        convert=conversion.outbox_and_cache, columns=OUTBOX_COLUMNS, publishable=F.col("data").isNotNull(),
+        publish=lambda rows: publish_to_pubsub(rows, publisher_config, tasks), target=publisher_config.topic_path,
+        dead_letters=DeadLetterRows(), empty=F.col("error_class").isNull() & F.col("data").isNull(),
+        report_empty=lambda converted: report_empty_records(config, converted))
+    return start_fused_sink(ctx, config, sink, drain=(convert, publish))
+
+
+STAGES = [Stage("ingest", staged_ingest), Stage("convert", convert), Stage("publish", publish)]
+FUSED_STAGES = [Stage("fused", fused, takes_over=("ingest", "convert", "publish"))]

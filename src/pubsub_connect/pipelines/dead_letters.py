@@ -45,9 +45,10 @@ def stop_line(row: object, failed: str) -> str:
 
 
 def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
-                count: int | None = None) -> int:
+                count: int | None = None, stage: str = "convert") -> int:
     """Apply the tolerance to a micro-batch's bad rows (``KAFKA_DLQ``-shaped); returns their count
-    (``count``, when the caller already knows it, saves a Spark job)."""
+    (``count``, when the caller already knows it, saves a Spark job). ``stage``: whose micro-batch
+    it is (its checkpoint names the dead-letter appends)."""
     count = bad.count() if count is None else count
     if count == 0:
         return 0
@@ -60,7 +61,7 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     # before, so once the table holds this batch's rows, ``bad`` computed again is empty. Should
     # the run stop in between, the replayed batch produces them again (a DLQ topic is at least once).
     copy_to_dlq_topic(ctx, config, bad)
-    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, "convert", "-dlq"), batch_id)
+    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, stage, "-dlq"), batch_id)
     return count
 
 

@@ -65,27 +65,50 @@ def bronze_rows(records: DataFrame) -> DataFrame:
                           F.current_timestamp().alias("ingest_time"))
 
 
+class KafkaLanding:
+    """What lands a sink connector's Kafka records in ``bronze/<name>``: the stream of bronze rows,
+    the once-per-batch append and the consumer group's commit after it. The ``ingest`` stage is
+    this alone; a fused query (:mod:`.fused_sink`) lands each batch while it publishes it, on the
+    same checkpoint, so both modes keep one position and one set of bronze marks.
+
+    Opening it checks the brokers and, for a connector without a checkpoint, picks the start
+    (consumer group ``connect-<name>``: a cut-over from Kafka Connect, or offsets moved by the
+    offsets tools)."""
+
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
+        ctx.check_kafka("consumer", config)
+        self.ctx = ctx
+        self.config = config
+        self.bronze = TableRef(BRONZE, config.name)
+        ctx.store.ensure(self.bronze, KAFKA_BRONZE)
+        options = kafka_read_options(ctx.worker, config, shaded_kafka=ctx.caps.databricks)
+        client = ctx.librdkafka_client("consumer", config)
+        self.checkpoint = ctx.store.checkpoint(config.name, STAGE)
+        if not checkpoints.started(self.checkpoint):
+            options["startingOffsets"], why = new_sink_start(ctx.worker, config, client, options)
+            ctx.progress(f"[{config.name}.{STAGE}] {why}")
+        #: The bronze rows of each micro-batch.
+        self.rows = bronze_rows(read_kafka(ctx.spark, options, caps=ctx.caps))
+        self._group = GroupCommitter(client, config.name, ctx.progress)
+        ctx.closers.append(self._group.close)  # when the stage stops
+        self._remote = spark_text_reader(ctx.spark)
+
+    def append(self, batch: DataFrame, batch_id: int) -> None:
+        """The batch into bronze, once per batch id (app id ``<name>/ingest``)."""
+        self.ctx.store.append_batch(self.bronze, batch, self.ctx.batch_app_id(self.config, STAGE), batch_id)
+
+    def commit_group(self, batch_id: int) -> None:
+        """The batch is done: the group may show it as consumed (its end offsets, from the checkpoint)."""
+        self._group.commit(offsets_json_positions(checkpoints.batch_offsets(self.checkpoint, batch_id, self._remote)))
+
+
 def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
-    """Kafka → bronze. A connector without a checkpoint starts where consumer group
-    ``connect-<name>`` is (a cut-over from Kafka Connect, or offsets moved by the offsets tools);
-    each batch's end is committed to that group once the batch is in bronze."""
-    ctx.check_kafka("consumer", config)
-    bronze = TableRef(BRONZE, config.name)
-    ctx.store.ensure(bronze, KAFKA_BRONZE)
-    options = kafka_read_options(ctx.worker, config, shaded_kafka=ctx.caps.databricks)
-    client = ctx.librdkafka_client("consumer", config)
-    checkpoint = ctx.store.checkpoint(config.name, STAGE)
-    if not checkpoints.started(checkpoint):
-        options["startingOffsets"], why = new_sink_start(ctx.worker, config, client, options)
-        ctx.progress(f"[{config.name}.{STAGE}] {why}")
-    landed = bronze_rows(read_kafka(ctx.spark, options, caps=ctx.caps))
-    group = GroupCommitter(client, config.name, ctx.progress)
-    ctx.closers.append(group.close)  # when the stage stops
-    remote = spark_text_reader(ctx.spark)
+    """Kafka → bronze; each batch's end is committed to consumer group ``connect-<name>`` once
+    the batch is in bronze."""
+    landing = KafkaLanding(ctx, config)
 
-    def append(batch, batch_id: int) -> None:
-        ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, STAGE), batch_id)
-        # in bronze now: the group may show it as consumed (its end offsets, from the checkpoint)
-        group.commit(offsets_json_positions(checkpoints.batch_offsets(checkpoint, batch_id, remote)))
+    def append(batch: DataFrame, batch_id: int) -> None:
+        landing.append(batch, batch_id)
+        landing.commit_group(batch_id)
 
-    return ctx.start_batches(landed, config, STAGE, append)
+    return ctx.start_batches(landing.rows, config, STAGE, append)

@@ -33,7 +33,9 @@ class NotAvailableError(RuntimeError):
     """The connector kind has no pipeline in this build."""
 
 
-def stages_for(kind: str) -> Sequence[Stage]:
+def stages_for(kind: str, mode: str = "staged") -> Sequence[Stage]:
+    """A connector kind's stages in ``mode`` (``pipeline.mode``): its module's ``FUSED_STAGES``
+    when fused and it has them, else its ``STAGES`` (see :func:`has_fused_form`)."""
     module_name = PIPELINE_MODULES[kind]
     try:
         module = importlib.import_module(f"pubsub_connect.pipelines.{module_name}")
@@ -41,7 +43,20 @@ def stages_for(kind: str) -> Sequence[Stage]:
         if exc.name == f"pubsub_connect.pipelines.{module_name}":
             raise NotAvailableError(f"the {kind} connector is not available in this version") from None
         raise
+    if mode == "fused" and hasattr(module, "FUSED_STAGES"):
+        return module.FUSED_STAGES
     return module.STAGES
+
+
+def connector_stages(config: cfg.ConnectorConfig, progress: Callable[[str], None] | None = None) -> Sequence[Stage]:
+    """The stages a connector runs, by its ``pipeline.mode``. A connector asked to run fused that
+    has no fused form runs staged, and ``progress`` says so (the archive is one query either way)."""
+    mode = str(config.get("pipeline.mode"))
+    stages = stages_for(config.kind, mode)
+    if mode == "fused" and len(stages) > 1 and progress is not None:
+        progress(f"[{config.name}] pipeline.mode=fused: the {config.kind} connector has no fused form; "
+                 "it runs staged")
+    return stages
 
 
 def apply_tasks_max(run_config: cfg.RunConfig) -> None:

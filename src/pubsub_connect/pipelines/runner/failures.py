@@ -33,6 +33,8 @@ from collections.abc import Iterator
 TRANSIENT_TYPES = frozenset({
     # Python
     "ConnectionError", "TimeoutError", "KafkaUnreachableError",
+    # ours: a staged stage waiting for its connector's hand-over from the fused mode (pipelines.modes)
+    "HandOverPendingError",
     # google.api_core.exceptions
     "ServiceUnavailable", "DeadlineExceeded", "Aborted", "InternalServerError", "TooManyRequests",
     "GatewayTimeout", "RetryError",
