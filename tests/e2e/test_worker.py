@@ -182,10 +182,14 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
                        "tasks": [{"connector": a, "task": t} for t in range(3)]}
     assert worker.request("POST", "/connectors", {"name": a, "config": config(a)}) == \
         (409, {"error_code": 409, "message": f"Connector {a} already exists"})
-    assert worker.request("POST", "/connectors", {"name": b, "config": config(b)})[0] == 201
+    # B runs fused: one query, so one task
+    fused = {**config(b), "pipeline.mode": "fused"}
+    assert worker.request("POST", "/connectors", {"name": b, "config": fused}) == (201, {
+        "name": b, "config": {**fused, "name": b}, "type": "sink", "tasks": [{"connector": b, "task": 0}]})
     produce(kafka_bootstrap, topic, records(0, 30))
     assert delivered(a, 0, 30) == delivered(b, 0, 30) == list(range(30))
     worker.wait_state(a, "RUNNING")
+    assert [task["state"] for task in worker.request("GET", f"/connectors/{b}/status")[1]["tasks"]] == ["RUNNING"]
     assert sorted(worker.request("GET", "/connectors")[1]) == sorted([a, b])
 
     # pause A: B delivers the next records, A's group does not move and A's subscription stays empty

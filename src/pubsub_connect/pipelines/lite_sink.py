@@ -20,6 +20,8 @@ of the key modulo the partition count, empty keys round-robin); ``KAFKA`` publis
 partition *n* to Lite partition *n*, so the Lite topic needs at least as many partitions as the
 Kafka topics: checked when the ingest and publish stages start (one-line error) and again for
 every row.
+
+With ``pipeline.mode=fused`` one query does all three (:mod:`.fused_sink`): ``FUSED_STAGES``.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ from pubsub_connect.model.lite.columns import LiteColumnConversion, uses_columns
 from pubsub_connect.model.schemas import ERROR_FIELDS, KAFKA_BRONZE, KAFKA_DLQ, LITE_OUTBOX
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage
 from pubsub_connect.pipelines.dead_letters import DeadLetterRows, append_converted
+from pubsub_connect.pipelines.fused_sink import SinkPublishing, start_fused_sink
 from pubsub_connect.pipelines.kafka_ingest import ingest as kafka_ingest
+from pubsub_connect.pipelines.modes import convert_start, hand_back_to_staged
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
@@ -117,9 +121,10 @@ def check_partitions(ctx: PipelineContext, config: ConnectorConfig, settings: Li
 
 def ingest(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     """The shared Kafka ingest, after the start-up check (so a misconfigured connector fails
-    before it lands anything)."""
+    before it lands anything) and a hand-back from the fused mode when that mode ran last."""
     ctx.check_kafka("consumer", config)
     check_partitions(ctx, config, LiteSinkSettings.from_connector(config))
+    hand_back_to_staged(ctx, config, fused)
     return kafka_ingest(ctx, config)
 
 
@@ -218,6 +223,7 @@ def split_lite_outbox(converted: DataFrame) -> tuple[DataFrame, DataFrame]:
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    start = convert_start(ctx, config)
     bronze, outbox, dlq = (TableRef(kind, config.name) for kind in (BRONZE, OUTBOX, DLQ))
     ctx.store.ensure(bronze, KAFKA_BRONZE)
     ctx.store.ensure(outbox, LITE_OUTBOX)
@@ -244,7 +250,7 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             if cached:
                 converted.unpersist()
 
-    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
+    return ctx.start_batches(ctx.read_table_stream(bronze, start), config, "convert", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,4 +319,28 @@ def publish(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     return start_publishing(ctx, config, outbox, settings.topic_path, publish_batch)
 
 
+def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """``pipeline.mode=fused``: Kafka → bronze and, beside it, Kafka → data model → Lite."""
+    settings = LiteSinkSettings.from_connector(config)
+    check_partitions(ctx, config, settings)
+    tasks = int(config.get("tasks.max"))
+    conversion = lite_conversion(config)
+    # the Python conversion is read twice under errors.tolerance=all (publish, then dead letters)
+    cached = not (converts_in_columns(config) or config.get("errors.tolerance") == "none")
+
+    def publish_batch(rows: DataFrame) -> int:
+        # per batch: partitions added to the Lite topic are used from the next batch on
+        return publish_to_lite(rows, settings, topic_partition_count(settings.connection, settings.topic_path), tasks)
+
+    def convert_batch(batch: DataFrame) -> tuple[DataFrame, DataFrame | None]:
+        converted = conversion(batch)
+        return converted, converted if cached else None
+
+    sink = SinkPublishing(convert=convert_batch, columns=LITE_OUTBOX_COLUMNS, publishable=F.lit(True),
+                          publish=publish_batch, target=settings.topic_path,
+                          dead_letters=DeadLetterRows("raw_key", "raw_value"))
+    return start_fused_sink(ctx, config, sink, drain=(convert, publish))
+
+
 STAGES = [Stage("ingest", ingest), Stage("convert", convert), Stage("publish", publish)]
+FUSED_STAGES = [Stage("fused", fused, takes_over=("ingest", "convert", "publish"))]
