@@ -59,6 +59,7 @@ print(output.format_table([
 
 # COMMAND ----------
 
+print(checkpoints.pipeline_mode(store, connector))
 states = checkpoints.connector_checkpoints(store, connector)
 print(output.format_table(checkpoints.checkpoint_rows(states)))
 kafka_states = [s for s in states if s.partition_offsets()]

@@ -73,6 +73,9 @@ BUNDLE_PERMISSION_LEVELS = {"CAN_VIEW", "CAN_RUN", "CAN_MANAGE"}
 PRINCIPAL_KEYS = ("user_name", "group_name", "service_principal_name")
 
 #: Stage names per connector kind, in pipeline order (pipelines/runtime.py).
+#: The stage of a connector run with ``--set pipeline.mode=fused`` (the sinks).
+FUSED_STAGES = {"cps_sink": ("fused",), "lite_sink": ("fused",)}
+
 STAGES = {
     "cps_sink": ("ingest", "convert", "publish"),
     "cps_source": ("pull", "convert", "produce"),
@@ -627,9 +630,10 @@ def check_task_parameters(bundle: Bundle) -> None:
             errors.append(f"{where}: {exc}")
             continue
         kinds[job_key] = kind
-        if len(args.stage) != 1 or args.stage[0] not in STAGES[kind]:
+        stages = FUSED_STAGES.get(kind, ()) if "pipeline.mode=fused" in args.overrides else STAGES[kind]
+        if len(args.stage) != 1 or args.stage[0] not in stages:
             errors.append(f"{where}: --stage must name one stage of a {kind} connector "
-                          f"({', '.join(STAGES[kind])}), got {args.stage}")
+                          f"({', '.join(stages)}), got {args.stage}")
             continue
         if args.stage[0] != task.get("task_key"):
             errors.append(f"{where}: task_key should be the stage name {args.stage[0]!r}")
@@ -639,8 +643,8 @@ def check_task_parameters(bundle: Bundle) -> None:
         if any(t.get("pipeline_task") for t in job["tasks"]):
             _check_declarative_chain(bundle, job_key, kinds[job_key], stages)
             continue
-        expected = list(STAGES[kinds[job_key]])
         names = [s for s, _ in stages]
+        expected = list(FUSED_STAGES[kinds[job_key]] if names == ["fused"] else STAGES[kinds[job_key]])
         if sorted(names) != sorted(expected):
             errors.append(f"resources.jobs.{job_key}: tasks run stages {names}, the connector has {expected}")
             continue

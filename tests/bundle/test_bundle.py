@@ -24,6 +24,13 @@ from pubsub_connect.lakeflow.local import JOB_STAGES
 from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
 
 KINDS = tuple(STAGES)
+#: The connectors that also come as a one-task job in pipeline.mode=fused (the sinks).
+FUSED = ("cps_sink", "lite_sink")
+
+
+def job_list(kind: str) -> str:
+    """A connector's jobs as the bundle checks name them."""
+    return ", ".join([kind, f"{kind}_batch", *([f"{kind}_fused"] if kind in FUSED else [])])
 #: The connectors that also come as a declarative pipeline (every kind with tables to declare).
 DECLARATIVE = tuple(sorted(DEFINERS))
 #: What a deploy must give with --var (the variables without a default): an AWS instance type.
@@ -40,9 +47,10 @@ def test_bundle_validates_for_every_target(bundle) -> None:
     assert bundle.config["bundle"]["name"] == "pubsub_connect"
     assert bundle.config["include"] == ["resources/*.yml"]
     assert sorted(bundle.jobs) == sorted([*KINDS, *(f"{k}_batch" for k in KINDS),
-                                          *(f"{k}_declarative" for k in DECLARATIVE)])
+                                          *(f"{k}_declarative" for k in DECLARATIVE), *(f"{k}_fused" for k in FUSED)])
     assert {k: p.name for k, p in bundle.job_sources.items()} == {
         **{k: f"{k}.job.yml" for k in KINDS}, **{f"{k}_batch": f"{k}.job.yml" for k in KINDS},
+        **{f"{k}_fused": f"{k}.job.yml" for k in FUSED},
         **{f"{k}_declarative": f"{k}.pipeline.yml" for k in DECLARATIVE}}
     assert {k: p.name for k, p in bundle.pipeline_sources.items()} == {
         f"{k}_pipeline": f"{k}.pipeline.yml" for k in DECLARATIVE}
@@ -127,6 +135,17 @@ def test_continuous_job_runs_all_stages_side_by_side(bundle, kind: str) -> None:
         ]
 
 
+@pytest.mark.parametrize("kind", FUSED)
+def test_fused_job_runs_one_task_in_the_fused_mode(bundle, kind: str) -> None:
+    job = bundle.jobs[f"{kind}_fused"]
+    assert job["continuous"] == {"pause_status": "PAUSED", "task_retry_mode": "ON_FAILURE"}
+    (task,) = job["tasks"]
+    assert task["task_key"] == "fused"
+    args = jobs.build_parser().parse_args(task["python_wheel_task"]["parameters"])
+    assert (args.stage, args.overrides, args.once) == (["fused"], ["pipeline.mode=fused"], False)
+    assert [stage.name for stage in stages_for(kind, "fused")] == ["fused"]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_batch_job_chains_stages_with_once_on_a_paused_schedule(bundle, kind: str) -> None:
     job = bundle.jobs[f"{kind}_batch"]
@@ -179,7 +198,7 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
         (connector,) = run_config.connectors
         kind = job["tags"]["connector"]
         assert (connector.name, connector.kind) == (kind, kind), job_key
-        assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative")
+        assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative", f"{kind}_fused")
         worker = run_config.worker
         assert worker.bootstrap_servers == bundle.variables["kafka_bootstrap_servers"]
         # the stages around a pipeline use the pipeline's schema and folder, not the jobs'
@@ -197,7 +216,7 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
             assert connector.get(project_key) == bundle.variables["gcp_project"]
         checked += 1
     declarative = sum(len(before) + len(after) for before, after in JOB_STAGES.values())
-    assert checked == 2 * sum(len(s) for s in STAGES.values()) + declarative
+    assert checked == 2 * sum(len(s) for s in STAGES.values()) + declarative + len(FUSED)
 
 
 @pytest.mark.parametrize("kind", DECLARATIVE)
@@ -467,14 +486,14 @@ NEGATIVE_CASES: dict[str, tuple[str, Callable[[dict[str, Any]], None], list[str]
         "databricks.yml",
         lambda d: _set(d["variables"]["pipeline_schema"], "default", "${var.schema}"),
         [f"resources.pipelines.{kind}_pipeline: its tables are in main.pubsub_connect_someone, where the same "
-         f"connector's jobs write theirs ({kind}, {kind}_batch); a pipeline cannot take over a table another "
+         f"connector's jobs write theirs ({job_list(kind)}); a pipeline cannot take over a table another "
          "writer created" for kind in DECLARATIVE],
     ),
     "pipelines' stages in the jobs' checkpoint folder": (
         "databricks.yml",
         lambda d: _set(d["variables"]["pipeline_storage_root"], "default", "${var.storage_root}"),
         [f"resources.pipelines.{kind}_pipeline: the stages around it keep their checkpoints under "
-         f"/Volumes/main/pubsub_connect_someone/pubsub_connect, as the same connector's jobs do ({kind}, {kind}_batch)"
+         f"/Volumes/main/pubsub_connect_someone/pubsub_connect, as the same connector's jobs do ({job_list(kind)})"
          for kind in DECLARATIVE],
     ),
     "stage around a pipeline in the jobs' schema": (

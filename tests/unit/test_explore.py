@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -219,3 +220,16 @@ def test_stage_order_matches_the_bundle_stages() -> None:
         "cps_sink": ("ingest", "convert", "publish"), "cps_source": ("pull", "convert", "produce"),
         "lite_sink": ("ingest", "convert", "publish"), "lite_source": ("pull", "convert", "produce"),
         "archive": ("archive",)}
+
+
+def test_pipeline_mode_is_the_one_the_last_run_recorded(tmp_path: Path) -> None:
+    store = SimpleNamespace(root=str(tmp_path))
+    connector = context.ConnectorRef("c", "cps_sink")
+    assert checkpoints.pipeline_mode(store, connector).startswith("pipeline.mode=staged: ")  # nothing recorded
+    (tmp_path / "checkpoints" / "c").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "c" / "mode.json").write_text('{"mode": "fused"}')
+    assert checkpoints.pipeline_mode(store, connector) == (
+        "pipeline.mode=fused: one query lands bronze and publishes; its position is the ingest checkpoint, and it "
+        "writes no outbox")
+    (tmp_path / "checkpoints" / "c" / "mode.json").write_text('{"mode": "staged"}')
+    assert checkpoints.pipeline_mode(store, connector).startswith("pipeline.mode=staged: ")

@@ -149,6 +149,18 @@ def connector_checkpoints(store: TableStore, connector: ConnectorRef) -> list[Ch
     return [checkpoint_state(str(folder / stage), stage) for stage in order]
 
 
+def pipeline_mode(store: TableStore, connector: ConnectorRef) -> str:
+    """How the connector last ran, in words: ``pipeline.mode=fused`` (one query on the ``ingest``
+    checkpoint; no outbox) or staged, from the mode its last run recorded beside its checkpoints."""
+    from pubsub_connect.io.checkpoints import read_json
+
+    recorded = read_json(local_path(store.root) / "checkpoints" / connector.name / "mode.json")
+    if recorded is not None and recorded.get("mode") == "fused":
+        return ("pipeline.mode=fused: one query lands bronze and publishes; its position is the ingest "
+                "checkpoint, and it writes no outbox")
+    return "pipeline.mode=staged: one query per stage, handing records on through bronze and outbox"
+
+
 def lag(committed: Mapping[TopicPartition, int],
         end_offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int | None]:
     """Records not yet processed per partition: end offset minus committed offset (``None`` for
