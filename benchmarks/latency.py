@@ -171,6 +171,42 @@ def producer(bootstrap: str) -> Any:
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
 
 
+def produce_at_rate(p: Any, topic: str, rate: float, seconds: float) -> int:
+    """``rate * seconds`` records to ``topic`` at a fixed rate, each stamped with its produce time
+    (header :data:`STAMP`, nanoseconds); returns how many."""
+    total = int(rate * seconds)
+    interval = 1.0 / rate
+    next_at = time.monotonic()
+    for seq in range(total):
+        next_at += interval
+        delay = next_at - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        p.produce(topic, b"%012d" % seq, headers=[(STAMP, str(time.time_ns()).encode())])
+        p.poll(0)
+    p.flush(30)
+    return total
+
+
+def latency_figures(samples: list[tuple[int, float]]) -> dict[str, float]:
+    """p50/p90/p99/max/mean of (produce stamp, latency ms) pairs, and whether it held steady: the
+    median of the first and of the last third produced, and the last third's p99."""
+    got = sorted(lat for _, lat in samples)
+    if not got:
+        raise RuntimeError("no message arrived")
+
+    def pct(values: list[float], q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    by_stamp = [lat for _, lat in sorted(samples)]
+    third = max(1, len(by_stamp) // 3)
+    last_third = sorted(by_stamp[-third:])
+    return {"received": len(got), "p50_ms": pct(got, 0.50), "p90_ms": pct(got, 0.90), "p99_ms": pct(got, 0.99),
+            "max_ms": got[-1], "mean_ms": statistics.fmean(got),
+            "p50_first_third_ms": statistics.median(by_stamp[:third]),
+            "p50_last_third_ms": statistics.median(last_third), "p99_last_third_ms": pct(last_third, 0.99)}
+
+
 def cold_start(bootstrap: str, workdir: Path, timeout_s: float) -> float:
     """Seconds from launching ``pubsub-connect run`` to the first message received."""
     name = "cold"
@@ -231,17 +267,7 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
         p.flush(30)
         if not receiver.first.wait(300) or running.errors:
             raise RuntimeError(f"warm-up record not received: {running.errors[:1]}")
-        total = int(rate * seconds)
-        interval = 1.0 / rate
-        next_at = time.monotonic()
-        for seq in range(total):
-            next_at += interval
-            delay = next_at - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            p.produce(name, b"%012d" % seq, headers=[(STAMP, str(time.time_ns()).encode())])
-            p.poll(0)
-        p.flush(30)
+        total = produce_at_rate(p, name, rate, seconds)
         deadline = time.monotonic() + drain_timeout_s
         while receiver.count() < total and time.monotonic() < deadline and running.running():
             time.sleep(0.2)
@@ -258,23 +284,15 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
                 receiver.close()
                 samples = list(receiver.samples)
             ctx.spark.stop()
-    got = sorted(lat for _, lat in samples)
-    if not got:
-        raise RuntimeError("no message arrived")
-
-    def pct(values: list[float], q: float) -> float:
-        return values[min(len(values) - 1, int(q * len(values)))]
-
     # Steady state or a growing backlog? Median latency of the first and the last third produced;
     # and the last third's p99: the tail once the JIT has compiled the stages' paths.
-    by_stamp = [lat for _, lat in sorted(samples)]
-    third = max(1, len(by_stamp) // 3)
-    last_third = sorted(by_stamp[-third:])
-    return {"produced": total, "received": len(got), "p50_ms": pct(got, 0.50), "p90_ms": pct(got, 0.90),
-            "p99_ms": pct(got, 0.99), "max_ms": got[-1], "mean_ms": statistics.fmean(got),
+    figures = latency_figures(samples)
+
+    def pct(values: list[float], q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
+
+    return {"produced": total, **figures,
             "ingest_p50_ms": pct(ingest_ms, 0.50), "ingest_p99_ms": pct(ingest_ms, 0.99),
-            "p50_first_third_ms": statistics.median(by_stamp[:third]),
-            "p50_last_third_ms": statistics.median(last_third), "p99_last_third_ms": pct(last_third, 0.99),
             "stage_batch_ms": stages, "rate": rate, "seconds": seconds, "mode": mode,
             "trigger_ms": effective_trigger_ms(worker, mode),
             "receiver": "in-process" if receiver_in_process else "child"}

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/vs_google.py [--records 50000] [--source-records 20000] [--size 1024]
                                              [--direction both|sink|source] [--tasks 2] [--source-tasks 1]
+                                             [--measure both|throughput|latency] [--rate 1000] [--seconds 60]
 
 The reference is Google's Pub/Sub Group Kafka Connector 1.3.3, unmodified, in a Kafka Connect
 3.9.1 standalone worker: the harness of the differential tests (``tests/reference``), which
@@ -26,6 +27,16 @@ stages one after the other (``--once``) in a Spark session already up.
   timed from creating the connector until topic A's end offsets add up to M; ours from the first
   stage's start to the end of the produce stage.
 
+- **sink latency** (``--measure latency``): each side runs continuously while a producer sends
+  ``--rate`` records a second for ``--seconds`` into a Kafka topic of its own, each stamped with its
+  produce time (a header, published as an attribute: ``headers.publish=true``); a streaming-pull
+  subscriber in a child process (``latency.py``'s) takes each message's receive time minus that
+  stamp. Three sides in one run: Google's connector, ours with ``pipeline.mode=staged`` and ours
+  with ``pipeline.mode=fused``. Each is warmed up with one record first. Reported: received,
+  p50/p90/p99/max, p50 of the first and last third produced (steady or falling behind), and CPU
+  seconds per message over the producing window and the drain (Google's: the Connect JVM; ours:
+  the Spark JVM, its Python workers and this process without the producer's thread).
+
 Afterwards (untimed) each side's output is read back: every sequence id must be there (the
 duplicates are counted and shown), or the run fails instead of printing a rate. Connect worker
 and Spark session start-up are excluded from every figure; a connector's own start (Connect:
@@ -42,6 +53,7 @@ import collections
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -347,6 +359,120 @@ class Bench:
         return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
 
 
+class LatencyRun:
+    """One side of the sink latency comparison: the stamped producer (a thread of its own, whose
+    CPU is left out of ours), the child-process subscriber, and the CPU of the side's processes."""
+
+    def __init__(self, bench: Bench, side: str):
+        from latency import ReceiverProcess, producer
+
+        self.bench, self.side = bench, side
+        self.topic = f"latency-{side}"
+        create_kafka_topic(bench.bootstrap, self.topic, PARTITIONS)
+        pubsub_topic = bench.publisher.topic_path(PROJECT, self.topic)
+        bench.publisher.create_topic(request={"name": pubsub_topic})
+        self.receiver = ReceiverProcess(bench.create_subscription(pubsub_topic, self.topic))
+        self.producer = producer(bench.bootstrap)
+
+    def measure(self, cpu: Cpu, failed: Callable[[], None]) -> dict[str, Any]:
+        """Warm up with one record, then produce at the rate and wait until all arrived; the
+        latency figures and CPU seconds per message (``failed`` raises when the side stopped)."""
+        from latency import latency_figures, produce_at_rate
+
+        args = self.bench.args
+        self.producer.produce(self.topic, b"warm-up")
+        self.producer.flush(30)
+        deadline = time.monotonic() + 300
+        while not self.receiver.first.wait(0.5):
+            failed()
+            if time.monotonic() > deadline:
+                raise ServiceError(f"{self.side}: the warm-up record did not arrive within 300 s")
+        produced: list[int] = []
+        producer_cpu: list[float] = []
+
+        def produce() -> None:
+            started = time.thread_time()
+            produced.append(produce_at_rate(self.producer, self.topic, args.rate, args.seconds))
+            producer_cpu.append(time.thread_time() - started)
+
+        cpu.start()
+        thread = threading.Thread(target=produce, name="stamped-producer")
+        thread.start()
+        thread.join()
+        total = produced[0]
+        deadline = time.monotonic() + 600
+        while self.receiver.count() < total and time.monotonic() < deadline:
+            failed()
+            time.sleep(0.2)
+        cpu.stop()
+        cpu_s = cpu.seconds - (producer_cpu[0] if cpu.include_self else 0.0)
+        figures = latency_figures(self.receiver.close())
+        return {**figures, "produced": total, "cpu_s": cpu_s, "cpu_ms_per_msg": 1000 * cpu_s / total}
+
+
+def sink_latency(bench: Bench) -> dict[str, Any]:
+    """The three sides of the sink latency comparison, one after the other on the same machine."""
+    from _streaming import StagesThread
+
+    from pubsub_connect.pipelines.runtime import connector_stages
+
+    args = bench.args
+    settings = {"cps.project": PROJECT, "tasks.max": str(args.tasks), "key.converter": STRING_CONVERTER,
+                "value.converter": BYTES_CONVERTER, "headers.publish": "true",
+                "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
+                "maxDelayThresholdMs": str(args.max_delay_ms)}
+    results: dict[str, Any] = {"rate": args.rate, "seconds": args.seconds, "settings": settings}
+    run = LatencyRun(bench, "google")
+    with bench.worker.running("google-latency", SINK_CONNECTOR_CLASS,
+                              {**settings, "topics": run.topic, "cps.topic": run.topic}):
+        results["google"] = run.measure(Cpu(bench.worker.pid, include_self=False),
+                                        lambda: bench.worker.raise_if_failed("google-latency"))
+    for mode in ("staged", "fused"):
+        run = LatencyRun(bench, mode)
+        config = cfg.load_raw({**settings, "name": f"ours-latency-{mode}", "connector.class": "cps-sink",
+                               "topics": run.topic, "cps.topic": run.topic, "cps.useEmulator": "true",
+                               "pipeline.mode": mode}, bench.worker_settings(100_000))
+        bench.context(config)  # the one Spark session
+        assert bench.ctx is not None
+        ctx = PipelineContext(bench.ctx.spark, config.worker, bench.ctx.caps, bench.ctx.store, once=False,
+                              progress=lambda _line: None)
+        connector = config.connectors[0]
+        running = StagesThread(ctx, connector, connector_stages(connector))
+        try:
+            def failed(running: Any = running, mode: str = mode) -> None:
+                if not running.running():
+                    running.stop()
+                    raise ServiceError(f"ours ({mode}) stopped")
+
+            results[mode] = run.measure(Cpu(bench.spark_pid, include_self=True), failed)
+        finally:
+            running.stop()
+    return results
+
+
+def latency_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+    google = result["google"]
+    rows = [("[sink latency] produced", f"{result['rate']:g} msg/s for {result['seconds']:g} s per side, "
+                                        f"tasks.max={result['settings']['tasks.max']}"),
+            ("  1-min load average at start", f"{result['load_average_before'][0]:.1f}")]
+    for side, label in (("google", "Google's connector"), ("staged", "ours, pipeline.mode=staged"),
+                        ("fused", "ours, pipeline.mode=fused")):
+        figures = result[side]
+        rows += [
+            (label, f"p50 {figures['p50_ms']:,.0f} / p90 {figures['p90_ms']:,.0f} / p99 {figures['p99_ms']:,.0f} / "
+                    f"max {figures['max_ms']:,.0f} ms; {figures['received']:,} of {figures['produced']:,} received"),
+            ("  p50 first / last third; p99 last third",
+             f"{figures['p50_first_third_ms']:,.0f} / {figures['p50_last_third_ms']:,.0f} ms; "
+             f"{figures['p99_last_third_ms']:,.0f} ms"),
+            ("  CPU per message", f"{figures['cpu_ms_per_msg']:.2f} ms ({figures['cpu_s']:,.1f} s)"),
+        ]
+        if side != "google":
+            rows.append(("  ratio ours/Google's", f"p50 {figures['p50_ms'] / google['p50_ms']:.2f}, p99 "
+                                                  f"{figures['p99_ms'] / google['p99_ms']:.2f}, CPU per message "
+                                                  f"{figures['cpu_ms_per_msg'] / google['cpu_ms_per_msg']:.2f}"))
+    return rows
+
+
 def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
     n, google, ours = result["records"], result["google"], result["ours"]
     google_rate, ours_rate = n / google["seconds"], n / ours["seconds"]
@@ -374,6 +500,10 @@ def main() -> None:
                         help="source messages (the emulator's streaming pull is slow: see cps_source.py)")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--direction", choices=("both", "sink", "source"), default="both")
+    parser.add_argument("--measure", choices=("both", "throughput", "latency"), default="both",
+                        help="throughput (a backlog, --once), latency (the sinks running continuously), or both")
+    parser.add_argument("--rate", type=float, default=1000.0, help="sink latency: records per second")
+    parser.add_argument("--seconds", type=float, default=60.0, help="sink latency: how long to produce")
     parser.add_argument("--tasks", type=int, default=2, help="the sinks' tasks.max")
     parser.add_argument("--source-tasks", type=int, default=1, help="the sources' tasks.max")
     parser.add_argument("--max-buffer-size", type=int, default=100, help="maxBufferSize (both sinks)")
@@ -401,8 +531,14 @@ def main() -> None:
                 connect_s = time.perf_counter() - started
                 bench = Bench(args, root, bootstrap, worker, fronts)
                 try:
+                    if args.measure in ("latency", "both") and args.direction in ("sink", "both"):
+                        load = os.getloadavg()
+                        results["sink_latency"] = {**sink_latency(bench), "load_average_before": load}
+                        latency_table = latency_rows(results["sink_latency"])
+                        rows += latency_table
+                        print(table(latency_table) + "\n", flush=True)
                     for direction in ("sink", "source"):
-                        if args.direction in (direction, "both"):
+                        if args.measure in ("throughput", "both") and args.direction in (direction, "both"):
                             load = os.getloadavg()  # figures are only comparable at a similar load
                             results[direction] = {**getattr(bench, direction)(), "load_average_before": load}
                             direction_rows = rows_for(direction, results[direction])

@@ -8,7 +8,9 @@ saw it (its restart line): the outage is timed by the connector's own state, not
 - Kafka: the test's own broker is stopped with ingest's batch in flight and started again on
   the same data directory and port (a real broker restart: its log is kept). Every record
   produced before and after reaches Pub/Sub exactly once (publish never failed), bronze holds
-  each Kafka record exactly once, the process never exits.
+  each Kafka record exactly once, the process never exits. The same for a connector in
+  ``pipeline.mode=fused``, whose one query reads Kafka and publishes: there only the records of
+  the batch in flight at the stop may arrive twice.
 - Pub/Sub: with publish's batch in flight the emulator becomes unreachable, then is killed and
   replaced by a new one; publish fails after ``maxTotalTimeoutMs`` and the stage is restarted
   from its checkpoint with backoff, then delivers the rest without manual action. Every id
@@ -39,7 +41,15 @@ from pubsub_connect.io.services.process import RunningService, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from reliability.forwarder import Forwarder
 from reliability.kill_loop import batch_ids, batch_in_flight, pending_batch
-from reliability.scenarios import at_least_once, batch_rows, coordinates, each_once, seq_of, topic_coordinates
+from reliability.scenarios import (
+    at_least_once,
+    batch_rows,
+    coordinates,
+    each_once,
+    kafka_batch_records,
+    seq_of,
+    topic_coordinates,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -146,8 +156,12 @@ def own_kafka(tmp_path: Path) -> Iterator[list[RunningService]]:
     stop_pid(brokers[-1].pid)
 
 
+@pytest.mark.parametrize("mode", ["staged", "fused"])
 def test_kafka_broker_restart_with_a_backlog_in_flight_recovers_without_loss(
-        own_kafka: list[RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str) -> None:
+        own_kafka: list[RunningService], pubsub_emulator_host: str, tmp_path: Path, unique_name: str,
+        mode: str) -> None:
+    # the fused query keeps its position in the ingest checkpoint and reads Kafka as ingest does
+    stage = "ingest" if mode == "staged" else "fused"
     bootstrap = own_kafka[-1].endpoint
     create_topic(bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=60)
@@ -158,26 +172,24 @@ def test_kafka_broker_restart_with_a_backlog_in_flight_recovers_without_loss(
                            # Spark's offset look-up tries three times, each up to the admin call's
                            # time-out (60 s by default): an operator shortens it to hear sooner
                            "consumer.default.api.timeout.ms=5000", "consumer.request.timeout.ms=4000"],
-                          [], {"PUBSUB_EMULATOR_HOST": pubsub_emulator_host})
+                          [f"pipeline.mode={mode}"], {"PUBSUB_EMULATOR_HOST": pubsub_emulator_host})
     try:
         in_flight = connector.await_batch_in_flight("ingest", committed=2)
         broker = own_kafka[-1]
         stop_pid(broker.pid)  # SIGTERM, as an operator stops a broker
-        seen = connector.restart_line("ingest")
+        seen = connector.restart_line(stage)
         own_kafka.append(start_kafka(Path(broker.directory), port=broker.port))
         assert own_kafka[-1].endpoint == bootstrap
         produce(bootstrap, unique_name, records(range(BACKLOG, BACKLOG + 300)))
         received = pull_distinct(subscription, set(range(BACKLOG + 300)), seq_of_message, timeout=300)
-        connector.wait_for(rf"^\[{unique_name}\.ingest\] recovered after ", timeout_s=60)
+        connector.wait_for(rf"^\[{unique_name}\.{stage}\] recovered after ", timeout_s=60)
         connector.assert_running()
         assert connector.stop() == 0, connector.output()[-3000:]
     finally:
         connector.kill()
 
-    print(f"ingest batch {in_flight} in flight when the broker stopped; the connector said: {seen}")
+    print(f"{stage} batch {in_flight} in flight when the broker stopped; the connector said: {seen}")
     assert len(batch_ids(connector.checkpoint("ingest") / "commits")) > in_flight + 1, "the backlog was in flight"
-    # publish never failed, so nothing was published twice
-    each_once(Counter(map(seq_of_message, received)), range(BACKLOG + 300), "Pub/Sub")
     from deltalake import DeltaTable
 
     bronze = DeltaTable(str(connector.root / "bronze" / unique_name)).to_pyarrow_table(
@@ -185,6 +197,12 @@ def test_kafka_broker_restart_with_a_backlog_in_flight_recovers_without_loss(
     topic = topic_coordinates(consume_all(bootstrap, unique_name))
     assert sorted(seq_of(v) for _, _, v in topic) == list(range(BACKLOG + 300)), "the test's own input"
     each_once(coordinates(bronze), topic, "bronze")
+    delivered = Counter(map(seq_of_message, received))
+    if mode == "staged":  # publish never failed, so nothing was published twice
+        each_once(delivered, range(BACKLOG + 300), "Pub/Sub")
+    else:
+        in_flight_ids = {seq_of(v) for v in kafka_batch_records(connector.checkpoint("ingest"), in_flight, topic)}
+        at_least_once(delivered, range(BACKLOG + 300), in_flight_ids, "Pub/Sub")
 
 
 def drain_subscription(endpoint: str, subscription: str, monkeypatch: pytest.MonkeyPatch) -> list[object]:
