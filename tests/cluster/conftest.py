@@ -1,4 +1,4 @@
-"""Fixtures of the cluster tests: one Spark standalone cluster per session, a runner per test.
+"""Fixtures of the cluster tests: one Spark standalone cluster per session.
 
 The cluster (a master and two one-core workers, see :mod:`cluster.standalone`) is started only
 when a test asks for it, shared by every cluster test (a start costs two JVMs and ~10 s), and
@@ -9,11 +9,9 @@ reported in the terminal summary.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from cluster.runs import ClusterRunner
 from cluster.standalone import StandaloneCluster
 from timings import section, timed
 
@@ -40,9 +38,3 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Standalo
     finally:
         with timed(TIMINGS, "cluster stop"):
             cluster.stop()
-
-
-@pytest.fixture
-def cluster_runner(spark_cluster: StandaloneCluster, tmp_path: Path) -> ClusterRunner:
-    """Runs connectors on the cluster; its :attr:`~ClusterRunner.runs` are the test's evidence."""
-    return ClusterRunner(spark_cluster, tmp_path / "cluster-runs")

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -123,7 +124,8 @@ class ClusterRunner:
         others of :meth:`cluster_settings`). ``env``: variables the connector's clients need,
         given to the driver and, as ``spark.executorEnv.*``, to the executors. ``audit_writes``:
         directories whose file writes are recorded. Started again (up to :data:`ATTEMPTS`) only
-        when Spark's Python worker did not connect back in time."""
+        when Spark's Python worker did not connect back in time. Killed after
+        :data:`RUN_TIMEOUT_S` per connector."""
         run = self._attempt(worker, connectors, args, env or {}, audit_writes)
         for _ in range(ATTEMPTS - 1):
             if run.returncode == 0 or SPARK_CONNECT_BACK not in run.stderr:
@@ -133,6 +135,7 @@ class ClusterRunner:
 
     def _attempt(self, worker: Mapping[str, str], connectors: Sequence[Path], args: Sequence[str],
                  env: Mapping[str, str], audit_writes: Sequence[Path]) -> ClusterRun:
+        timeout_s = RUN_TIMEOUT_S * max(1, len(connectors))
         name = f"run-{len(self.runs) + 1}"
         directory = self.base_dir / name
         directory.mkdir(parents=True)
@@ -152,7 +155,7 @@ class ClusterRunner:
             proc = subprocess.Popen(command, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=driver_env,
                                     cwd=directory, start_new_session=True)
             try:
-                returncode = proc.wait(RUN_TIMEOUT_S)
+                returncode = proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 returncode = -1
             finally:
@@ -165,7 +168,7 @@ class ClusterRunner:
                          events=events, audit=read_audit(directory / "audit.jsonl"),
                          executor_dirs=self.cluster.executor_dirs(events.app_id) if events else {})
         if returncode == -1:
-            run.stderr += f"\n(killed: still running after {RUN_TIMEOUT_S:.0f} s)"
+            run.stderr += f"\n(killed: still running after {timeout_s:.0f} s)"
         self.runs.append(run)
         return run
 
@@ -209,3 +212,134 @@ def _stop_session(proc: subprocess.Popen[bytes]) -> None:
     for pid in session_members(proc.pid):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------------------------
+# Several scenarios, one application
+# ----------------------------------------------------------------------------------------------
+
+#: Worker keys whose values scenarios that run together may differ in, and how the run's value is
+#: chosen: the smallest bound of a micro-batch (every scenario that runs together moves fewer
+#: records per stage than any of them, so the bound splits none of its micro-batches).
+MERGED_WORKER_KEYS = {"pipeline.max.records.per.batch": lambda values: str(min(map(int, values)))}
+#: How long the scenarios may take to reach their first run (setup: topics, records, messages).
+GATHER_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _Request:
+    worker: Mapping[str, str]
+    connectors: Sequence[Path]
+    args: Sequence[str]
+    env: Mapping[str, str]
+    audit_writes: Sequence[Path]
+
+
+class Together:
+    """The first run of several scenarios as one ``pubsub-connect run`` application.
+
+    A run on the cluster is a Spark application of its own: a driver JVM, an executor JVM per
+    worker and their Python workers start for it, which costs more than the small scenarios'
+    stages themselves. Each scenario runs in a thread of its own with a :class:`ScenarioRunner`;
+    the first :meth:`ClusterRunner.run` of each waits here until every scenario has either asked
+    for its run or ended, then one application runs all their connectors (``--once`` runs them
+    one after the other, as separate runs would) and each scenario goes on with that run as its
+    own: its outputs are checked by the same assertions, its placement in the same event log and
+    process audit, where every check names its connector's stages, topics or calls. Later runs of
+    a scenario (a resume, a restart) are applications of their own.
+
+    Scenarios that run together share one storage root (connector names differ) and must agree on
+    every worker key but :data:`MERGED_WORKER_KEYS`; the run gets every connector, environment
+    variable and audited directory they asked for.
+    """
+
+    def __init__(self, runner: ClusterRunner, scenarios: Sequence[str]):
+        self.runner = runner
+        self._pending = set(scenarios)
+        self._requests: dict[str, _Request] = {}
+        self._run: ClusterRun | None = None
+        self._failure: BaseException | None = None
+        self._ready = threading.Condition()
+
+    def scenario_runner(self, scenario: str) -> ScenarioRunner:
+        directory = self.runner.base_dir / scenario
+        return ScenarioRunner(self.runner.cluster, directory, together=self, scenario=scenario)
+
+    def ask(self, scenario: str, request: _Request) -> ClusterRun:
+        """A scenario's first run: wait for the others, then the run of all of them."""
+        with self._ready:
+            self._requests[scenario] = request
+            self._pending.discard(scenario)
+            self._ready.notify_all()
+            self._ready.wait_for(lambda: self._run is not None or self._failure is not None)
+            if self._failure is not None:
+                raise RuntimeError(f"the joint run of {sorted(self._requests)} did not start") from self._failure
+            assert self._run is not None
+            return self._run
+
+    def ended(self, scenario: str) -> None:
+        """A scenario's thread ended (after its run, or without asking for one)."""
+        with self._ready:
+            self._pending.discard(scenario)
+            self._ready.notify_all()
+
+    def run_when_gathered(self) -> ClusterRun | None:
+        """In the main thread: once no scenario is still on its way to its first run, the joint
+        run (None when none asked for one)."""
+        with self._ready:
+            gathered = self._ready.wait_for(lambda: not self._pending, GATHER_TIMEOUT_S)
+            requests = dict(self._requests)
+        try:
+            if not gathered:
+                raise AssertionError(f"scenarios {sorted(self._pending)} did not reach their first run in "
+                                     f"{GATHER_TIMEOUT_S:.0f} s")
+            run = self._joint_run(requests) if requests else None
+        except BaseException as exc:
+            with self._ready:
+                self._failure = exc
+                self._ready.notify_all()
+            raise
+        with self._ready:
+            self._run = run
+            self._ready.notify_all()
+        return run
+
+    def _joint_run(self, requests: Mapping[str, _Request]) -> ClusterRun:
+        args = {tuple(r.args) for r in requests.values()}
+        if len(args) != 1:
+            raise AssertionError(f"scenarios run together need the same arguments, not {sorted(args)}")
+        worker: dict[str, str] = {}
+        merged: dict[str, list[str]] = {}
+        env: dict[str, str] = {}
+        for scenario, request in sorted(requests.items()):
+            for key, value in request.worker.items():
+                if key in MERGED_WORKER_KEYS:
+                    merged.setdefault(key, []).append(value)
+                elif worker.setdefault(key, value) != value:
+                    raise AssertionError(f"{scenario}: worker key {key}={value!r}, another scenario has "
+                                         f"{worker[key]!r}")
+            for key, value in request.env.items():
+                if env.setdefault(key, value) != value:
+                    raise AssertionError(f"{scenario}: variable {key}={value!r}, another scenario has {env[key]!r}")
+        worker.update({key: MERGED_WORKER_KEYS[key](values) for key, values in merged.items()})
+        connectors = [path for _, request in sorted(requests.items()) for path in request.connectors]
+        audit_writes = [path for _, request in sorted(requests.items()) for path in request.audit_writes]
+        return self.runner.run(worker, connectors, args=next(iter(args)), env=env, audit_writes=audit_writes)
+
+
+class ScenarioRunner(ClusterRunner):
+    """A :class:`ClusterRunner` for one scenario of a :class:`Together`: its first run is the
+    joint one; its :attr:`runs` are that run and its own later ones."""
+
+    def __init__(self, cluster: StandaloneCluster, base_dir: Path, *, together: Together, scenario: str):
+        super().__init__(cluster, base_dir)
+        self.together = together
+        self.scenario = scenario
+
+    def run(self, worker: Mapping[str, str], connectors: Sequence[Path], *, args: Sequence[str] = ("--once",),
+            env: Mapping[str, str] | None = None, audit_writes: Sequence[Path] = ()) -> ClusterRun:
+        if self.runs:
+            return super().run(worker, connectors, args=args, env=env, audit_writes=audit_writes)
+        run = self.together.ask(self.scenario, _Request(worker, connectors, args, env or {}, audit_writes))
+        self.runs.append(run)
+        return run

@@ -93,24 +93,36 @@ def bronze_df(spark: Any, rows: list[dict[str, Any]]) -> Any:
     )
 
 
-def collect(outbox: Any) -> list[OutboxRow]:
+def outbox_row(r: Any) -> OutboxRow:
+    """An :class:`OutboxRow` from a collected row of :func:`outbox_columns`."""
+    return OutboxRow(
+        key=None if r.key is None else bytes(r.key),
+        value=None if r.value is None else bytes(r.value),
+        headers=[(h.key, bytes(h.value)) for h in r.headers],
+        partition=r.partition,
+        timestamp_ms=r.ts,
+        message_id=r.message_id,
+        error_class=r.error_class,
+        error_message=r.error_message,
+    )
+
+
+def outbox_columns() -> list[Any]:
+    """The outbox's columns as :func:`collect` reads them, the timestamp as ``ts`` (ms)."""
     from pyspark.sql import functions as F
 
-    rows = outbox.select(*[c for c in OUTBOX_COLUMNS if c != "timestamp"], F.unix_millis("timestamp").alias("ts"))
-    result = [
-        OutboxRow(
-            key=None if r.key is None else bytes(r.key),
-            value=None if r.value is None else bytes(r.value),
-            headers=[(h.key, bytes(h.value)) for h in r.headers],
-            partition=r.partition,
-            timestamp_ms=r.ts,
-            message_id=r.message_id,
-            error_class=r.error_class,
-            error_message=r.error_message,
-        )
-        for r in rows.collect()
-    ]
-    return sorted(result, key=lambda r: r.message_id)
+    return [*[c for c in OUTBOX_COLUMNS if c != "timestamp"], F.unix_millis("timestamp").alias("ts")]
+
+
+def collect(outbox: Any) -> list[OutboxRow]:
+    return collect_with(outbox)[0]
+
+
+def collect_with(outbox: Any, *extra: Any) -> tuple[list[OutboxRow], list[Any]]:
+    """:func:`collect`, and the collected rows themselves, which also hold the ``extra`` columns:
+    one Spark job for a test that reads an outbox and more of its frame's columns."""
+    rows = outbox.select(*outbox_columns(), *extra).collect()
+    return sorted(map(outbox_row, rows), key=lambda r: r.message_id), rows
 
 
 def expected(rows: list[dict[str, Any]], settings: CpsSourceSettings, start_counter: int = 0) -> list[OutboxRow]:
@@ -238,15 +250,17 @@ def test_with_message_adds_the_message_as_received(spark: Any, corpus: list[dict
     these columns instead of joining back to bronze: the outbox columns stay exactly the same,
     and the added ones are the message's own (a message without data has empty data, as Pub/Sub
     delivers it)."""
+    from pyspark.sql import functions as F
+
     settings, start = SETTINGS[name]
     out = to_kafka_outbox(bronze_df(spark, corpus), settings, start_counter=start, with_message=True)
     assert tuple(out.columns) == (*OUTBOX_COLUMNS, "publish_time", "data", "attributes", "subscription")
     reference = expected(corpus, settings, start)
-    assert collect(out) == reference
+    got, collected = collect_with(out, F.unix_millis("publish_time").alias("publish_ms"), "data", "attributes",
+                                  "subscription")
+    assert got == reference
     received = {r["message_id"]: r for r in corpus}
-    carried = {r.message_id: r for r in out.selectExpr(
-        "message_id", "error_class", "unix_millis(publish_time) AS publish_ms", "data", "attributes",
-        "subscription").collect()}
+    carried = {r.message_id: r for r in collected}
     assert sorted(carried) == sorted(received)
     for message_id, row in carried.items():
         message = received[message_id]
@@ -543,9 +557,10 @@ def test_streaming_conversion_equals_the_batch_one_but_for_round_robin(spark: An
     messages = deduplicate_messages(bronze_df(spark, corpus))
     batch = {r.message_id: r for r in collect(to_kafka_outbox(messages, settings, start_counter=0))}
     streamed = to_kafka_outbox_stream(messages, settings)
-    got = {r.message_id: r for r in collect(streamed)}
-    spread = dict(streamed.select("message_id", F.pmod(F.xxhash64("message_id"), F.lit(settings.partition_count))
-                                  .cast("int").alias("p")).collect())
+    outbox, collected = collect_with(streamed, F.pmod(F.xxhash64("message_id"), F.lit(settings.partition_count))
+                                     .cast("int").alias("p"), "subscription", "data")
+    got = {r.message_id: r for r in outbox}
+    spread = {r.message_id: r.p for r in collected}
     round_robin = {m.message_id for m, _ in map(to_received, corpus)
                    if uses_round_robin(m, settings) and batch[m.message_id].error_class is None}
     assert sorted(got) == sorted(batch)
@@ -554,7 +569,7 @@ def test_streaming_conversion_equals_the_batch_one_but_for_round_robin(spark: An
         assert got[message_id] == dataclasses.replace(row, partition=partition), message_id
     assert bool(round_robin) == (settings.partition_scheme in ("round_robin", "ordering_key"))
     # the columns the pipeline's outbox and dead letters take besides the outbox's own
-    extra = {r.message_id: r for r in streamed.select("message_id", "subscription", "data", "error_class").collect()}
+    extra = {r.message_id: r for r in collected}
     assert {r.subscription for r in extra.values()} == {"projects/p/subscriptions/s"}
     raw = {r["message_id"]: r.get("data_hex") for r in corpus}
     for message_id, r in extra.items():
