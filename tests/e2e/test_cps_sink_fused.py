@@ -142,7 +142,7 @@ def test_switching_modes_keeps_the_position(spark, kafka_bootstrap: str, tmp_pat
 
     def failing(self, *args, **kwargs):
         publish(self, *args, **kwargs)
-        object.__setattr__(self, "publish", lambda rows: (_ for _ in ()).throw(ConnectionError("cut short")))
+        object.__setattr__(self, "publish", lambda rows, shuffled: (_ for _ in ()).throw(ConnectionError("cut short")))
 
     monkeypatch.setattr(fused_sink.SinkPublishing, "__init__", failing)
     with pytest.raises(ConnectorError, match="cut short"):

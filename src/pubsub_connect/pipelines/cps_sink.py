@@ -128,17 +128,21 @@ class PubSubPublishPartition:
         yield pa.RecordBatch.from_pydict({"published": pa.array([stats.messages], pa.int64())})
 
 
-def publish_to_pubsub(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int) -> int:
+def publish_to_pubsub(outbox_batch: DataFrame, publisher_config: PublisherConfig, tasks: int,
+                      shuffled: bool = False) -> int:
     """Publish a micro-batch; returns the number of messages Pub/Sub accepted.
 
     With ordering keys, rows of one key go to one task in Kafka order (``topic, partition,
     offset``), and the client publishes them in that order; batches are published one after the
-    other, so the order holds across micro-batches too. Without them nothing is shuffled: the
-    outbox files' partitions are merged down to ``tasks`` publishing tasks (``coalesce``), since
-    moving every payload through a shuffle costs more than any spread of work it buys.
+    other, so the order holds across micro-batches too. Without them nothing is shuffled (unless
+    ``shuffled``: see :class:`~pubsub_connect.pipelines.fused_sink.SinkPublishing`): the outbox
+    files' partitions are merged down to ``tasks`` publishing tasks (``coalesce``), since moving
+    every payload through a shuffle costs more than any spread of work it buys.
     """
     if publisher_config.enable_message_ordering:
         rows = outbox_batch.repartition(tasks, "ordering_key").sortWithinPartitions("topic", "partition", "offset")
+    elif shuffled:
+        rows = outbox_batch.repartition(tasks)
     else:
         rows = outbox_batch.coalesce(tasks)
     counts = (rows.select("data", "attributes", "ordering_key")
@@ -169,7 +173,8 @@ def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     conversion = CpsSinkConversion(sink_settings(config))
     sink = SinkPublishing(
         convert=conversion.outbox_and_cache, columns=OUTBOX_COLUMNS, publishable=F.col("data").isNotNull(),
-        publish=lambda rows: publish_to_pubsub(rows, publisher_config, tasks), target=publisher_config.topic_path,
+        publish=lambda rows, shuffled: publish_to_pubsub(rows, publisher_config, tasks, shuffled),
+        target=publisher_config.topic_path,
         dead_letters=DeadLetterRows(), empty=F.col("error_class").isNull() & F.col("data").isNull(),
         report_empty=lambda converted: report_empty_records(config, converted))
     return start_fused_sink(ctx, config, sink, drain=(convert, publish))

@@ -328,8 +328,9 @@ def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     # the Python conversion is read twice under errors.tolerance=all (publish, then dead letters)
     cached = not (converts_in_columns(config) or config.get("errors.tolerance") == "none")
 
-    def publish_batch(rows: DataFrame) -> int:
-        # per batch: partitions added to the Lite topic are used from the next batch on
+    def publish_batch(rows: DataFrame, _shuffled: bool) -> int:
+        # always through a shuffle (rows of a Kafka partition to one task); per batch: partitions
+        # added to the Lite topic are used from the next batch on
         return publish_to_lite(rows, settings, topic_partition_count(settings.connection, settings.topic_path), tasks)
 
     def convert_batch(batch: DataFrame) -> tuple[DataFrame, DataFrame | None]:
