@@ -21,8 +21,9 @@ import pytest
 
 #: Seconds per file (path under ``tests/``), for the files that took 20 s or more.
 MEASURED_SECONDS = {
-    "reliability/test_kill9_native.py": 829,
+    "reliability/test_kill9_native.py": 941,
     "reliability/test_kill9.py": 399,
+    "reliability/test_service_restarts.py": 374,
     "e2e/test_cps_source.py": 354,
     "reference/test_sink_conformance.py": 345,
     "e2e/test_declarative_pipelines.py": 292,
@@ -31,7 +32,6 @@ MEASURED_SECONDS = {
     "cluster/test_connectors_on_cluster.py": 275,
     "reference/test_reference_source.py": 252,
     "e2e/test_declarative_lite.py": 250,
-    "reliability/test_service_restarts.py": 234,
     "e2e/test_kafka_security.py": 228,
     "reference/test_reference_lite.py": 226,
     "e2e/test_fallback.py": 201,
@@ -48,10 +48,12 @@ MEASURED_SECONDS = {
     "e2e/test_cps_sink.py": 104,
     "e2e/test_archive.py": 86,
     "reliability/test_cps_source_backlog.py": 85,
+    "e2e/test_cps_sink_fused.py": 80,
     "reliability/test_produce_rejects.py": 71,
     "integration/test_services.py": 65,
     "e2e/test_quickstart.py": 64,
     "integration/test_pubsub_io.py": 62,
+    "e2e/test_lite_sink_fused.py": 45,
     "integration/test_convert_tolerance.py": 31,
     "reference/test_cutover.py": 31,
     "reliability/test_stuck_batch.py": 27,
