@@ -35,6 +35,7 @@ import pytest
 
 import e2e.test_archive as archive_e2e
 import e2e.test_cps_sink as cps_sink_e2e
+import e2e.test_cps_sink_fused as cps_sink_fused_e2e
 import e2e.test_cps_source as cps_source_e2e
 import e2e.test_lite_sink as lite_sink_e2e
 import e2e.test_lite_source as lite_source_e2e
@@ -118,6 +119,14 @@ def cps_sink(runner: ClusterRunner, setting: Setting) -> tuple[list[str], Callab
     name = f"t{uuid.uuid4().hex[:10]}"
     setting.monkeypatch.setattr(cps_sink_e2e, "run_once", runner.run_once)
     return [name], lambda: cps_sink_e2e.test_bytes_values_with_key_metadata_and_headers(
+        None, setting.kafka_bootstrap, setting.root, name)
+
+
+def cps_sink_fused(runner: ClusterRunner, setting: Setting) -> tuple[list[str], Callable[[], object]]:
+    """Kafka → Pub/Sub with ``pipeline.mode=fused``: the same messages, one query."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    setting.monkeypatch.setattr(cps_sink_fused_e2e, "run_once", runner.run_once)
+    return [name], lambda: cps_sink_fused_e2e.publishes_the_staged_modes_messages(
         None, setting.kafka_bootstrap, setting.root, name)
 
 
@@ -207,7 +216,8 @@ def archive(runner: ClusterRunner, setting: Setting) -> tuple[list[str], Callabl
 
 
 SCENARIOS: dict[str, Callable[[ClusterRunner, Setting], tuple[list[str], Callable[[], object]]]] = {
-    "cps_sink": cps_sink, "cps_source": cps_source, "lite_sink": lite_sink, "lite_source": lite_source,
+    "cps_sink": cps_sink, "cps_sink_fused": cps_sink_fused, "cps_source": cps_source, "lite_sink": lite_sink,
+    "lite_source": lite_source,
     "archive": archive,
 }
 #: The scenario each test checks (the module fixture runs only those of the selected tests).
@@ -253,6 +263,12 @@ def outcomes(request: pytest.FixtureRequest, spark_cluster: StandaloneCluster, l
 def test_cps_sink(outcomes: dict[str, Outcome]) -> None:
     """Kafka → Pub/Sub: ingest, convert and publish in executors."""
     outcomes["cps_sink"].check(spark_stages=("ingest", "convert", "publish"), io=[grpc_call("publish", PUBSUB_PUBLISH)])
+
+
+def test_cps_sink_fused(outcomes: dict[str, Outcome]) -> None:
+    """Kafka → Pub/Sub in pipeline.mode=fused: the one query (its bronze append, conversion and
+    publish) in executors."""
+    outcomes["cps_sink_fused"].check(spark_stages=("fused",), io=[grpc_call("fused", PUBSUB_PUBLISH)])
 
 
 def test_cps_source(outcomes: dict[str, Outcome]) -> None:

@@ -40,9 +40,10 @@ def pulled_ids(subscription: str, count: int) -> list[int]:
     return ids
 
 
-@pytest.mark.compat
-def test_one_query_publishes_the_staged_modes_messages(spark, kafka_bootstrap: str, tmp_path: Path,
-                                                       unique_name: str) -> None:
+def publishes_the_staged_modes_messages(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> list[str]:
+    """The staged end-to-end test's records through one fused query: exactly its messages, and
+    progress from the fused query alone. Returns the run's progress lines. (The cluster tests run
+    it too, with ``run_once`` on the cluster.)"""
     create_topic(kafka_bootstrap, unique_name, partitions=3)
     produce(kafka_bootstrap, unique_name, [
         Rec(b"fox", key=b"dog", partition=2, headers=[("h1", b"v1"), ("bad", b"\xff\xfe")]),
@@ -54,7 +55,7 @@ def test_one_query_publishes_the_staged_modes_messages(spark, kafka_bootstrap: s
     connector = sink_config(unique_name, unique_name, unique_name, **FUSED, **{
         "key.converter": STRING, "metadata.publish": "true", "headers.publish": "true"})
     lines: list[str] = []
-    ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
+    run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
 
     pulled = pull_all(subscription, 4, timeout=60)
     got = {(m.attributes["kafka.partition"], m.attributes["kafka.offset"]): m for m in pulled}
@@ -68,15 +69,26 @@ def test_one_query_publishes_the_staged_modes_messages(spark, kafka_bootstrap: s
         ("0", "0"): (b"\x00\x01binary", {**common, "kafka.partition": "0", "kafka.offset": "0"}),
     }
     assert_no_more_messages(subscription, wait=1.0)
-    # one query: its progress line, no stage of the staged mode
+    own = [line.split(" rate=")[0] for line in lines if line.startswith(f"[{unique_name}.")]
+    assert f"[{unique_name}.fused] batch=0 records=4" in own, lines
+    assert not [line for line in own if "] batch=" in line and not line.startswith(f"[{unique_name}.fused]")], lines
+    return lines
+
+
+@pytest.mark.compat
+def test_one_query_publishes_the_staged_modes_messages(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                       unique_name: str) -> None:
+    lines = publishes_the_staged_modes_messages(spark, kafka_bootstrap, tmp_path, unique_name)
+    # one query: its progress lines, no stage of the staged mode
     assert [line.split(" rate=")[0] for line in lines] == [
-        f"[{unique_name}.ingest] no offsets in consumer group connect-{unique_name}: starting at "
+        f"[{unique_name}.fused] no offsets in consumer group connect-{unique_name}: starting at "
         "auto.offset.reset=earliest",
         f"[{unique_name}.fused] batch=0 records=4"]
-    bronze = ctx.store.read(TableRef("bronze", unique_name))
+    store = context(spark, kafka_bootstrap, tmp_path).store
+    bronze = store.read(TableRef("bronze", unique_name))
     assert sorted((r.partition, r.offset, r.value) for r in bronze.collect()) == [
         (0, 0, b"\x00\x01binary"), (1, 0, b""), (2, 0, b"fox"), (2, 1, None)]
-    assert not ctx.store.exists(TableRef("outbox", unique_name))
+    assert not store.exists(TableRef("outbox", unique_name))
 
 
 def test_json_and_dead_letters_with_tolerance_all(spark, kafka_bootstrap: str, tmp_path: Path,

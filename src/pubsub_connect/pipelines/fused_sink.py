@@ -122,7 +122,7 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
                      drain: Sequence[StageFn]) -> StreamingQuery:
     """Start the fused query of a sink connector; ``drain``: its staged convert and publish, run
     to the end first when the staged mode owned the position (:mod:`.modes`)."""
-    landing = KafkaLanding(ctx, config)
+    landing = KafkaLanding(ctx, config, shown_as=STAGE)
     take_over_from_staged(ctx, config, drain)
     dlq = TableRef(DLQ, config.name)
     ctx.store.ensure(dlq, KAFKA_DLQ)
@@ -156,8 +156,8 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
         log.info("%s fused batch %d: %d messages", config.name, batch_id, published)
 
     def process(batch: DataFrame, batch_id: int) -> None:
-        # Read from Kafka once: both jobs (and the check for bad records) read the cached rows, and
-        # Spark's progress counts each record once, not once per job that scanned the source.
+        # Read from Kafka once: both jobs read the cached rows, and Spark's progress counts each
+        # record once, not once per job that scanned the source.
         batch.persist()
         try:
             run_batch(batch, batch_id)

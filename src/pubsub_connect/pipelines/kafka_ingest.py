@@ -73,9 +73,10 @@ class KafkaLanding:
 
     Opening it checks the brokers and, for a connector without a checkpoint, picks the start
     (consumer group ``connect-<name>``: a cut-over from Kafka Connect, or offsets moved by the
-    offsets tools)."""
+    offsets tools); ``shown_as``: the stage its progress lines name (the query that runs it).
+    """
 
-    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig, shown_as: str = STAGE):
         ctx.check_kafka("consumer", config)
         self.ctx = ctx
         self.config = config
@@ -86,7 +87,7 @@ class KafkaLanding:
         self.checkpoint = ctx.store.checkpoint(config.name, STAGE)
         if not checkpoints.started(self.checkpoint):
             options["startingOffsets"], why = new_sink_start(ctx.worker, config, client, options)
-            ctx.progress(f"[{config.name}.{STAGE}] {why}")
+            ctx.progress(f"[{config.name}.{shown_as}] {why}")
         #: The bronze rows of each micro-batch.
         self.rows = bronze_rows(read_kafka(ctx.spark, options, caps=ctx.caps))
         self._group = GroupCommitter(client, config.name, ctx.progress)
