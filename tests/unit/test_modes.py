@@ -14,6 +14,7 @@ import pytest
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.tables import checkpoint_location
 from pubsub_connect.pipelines import modes
+from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.runner.failures import is_transient
 
 NAME = "c"
@@ -70,3 +71,17 @@ def test_a_convert_starts_at_the_hand_over_until_it_has_a_checkpoint(
     planned(tmp_path, "convert")
     assert modes.convert_start(ctx, config) is None  # its own position from now on
     assert not (tmp_path / "checkpoints" / NAME / "convert.start.json").exists()
+
+
+def test_checkpoints_at_a_url_keep_the_staged_mode_as_it_was_and_refuse_the_fused_one(
+        config: cfg.ConnectorConfig) -> None:
+    remote = SimpleNamespace(store=SimpleNamespace(checkpoint=lambda name, stage: checkpoint_location(
+        "abfss://c@a.dfs.core.windows.net/root", name, stage)))
+    assert modes.convert_start(remote, config) is None
+    modes.hand_back_to_staged(remote, config, fused=lambda ctx, config: pytest.fail("no hand-back without files"))
+    with pytest.raises(ConnectorError) as err:
+        modes.take_over_from_staged(remote, config, drain=())
+    assert str(err.value) == (
+        "c: pipeline.mode=fused needs its checkpoints at a path (storage.root a local folder, /Volumes or /dbfs), "
+        "not at abfss://c@a.dfs.core.windows.net/root/checkpoints/c/: the hand-over between the modes keeps its "
+        "files there")

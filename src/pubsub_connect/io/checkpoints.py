@@ -34,6 +34,12 @@ def _remote(checkpoint: str) -> bool:
     return "://" in checkpoint and not checkpoint.startswith("file:")
 
 
+def is_remote(checkpoint: str) -> bool:
+    """Whether the checkpoint is at a URL (``abfss://…``, ``s3://…``) rather than a path (a local
+    folder, or a ``/Volumes`` or ``/dbfs`` mount): files beside it cannot be read or written here."""
+    return _remote(checkpoint)
+
+
 def _local(checkpoint: str) -> Path:
     if checkpoint.startswith("file:"):
         return Path(checkpoint.removeprefix("file:").removeprefix("//"))

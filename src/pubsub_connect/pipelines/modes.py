@@ -17,9 +17,13 @@ marks carry over by themselves. What does not carry over is the work between the
 
 The mode that last owned the position is kept beside the checkpoints (``mode.json``), and is
 written only once a hand-over has finished, so a hand-over cut short is done again at the next
-start. A stage of the staged mode that starts while the last mode is still fused (a Databricks
-job's ``convert`` task starting before its ``ingest`` task has taken over) waits, as after a
-transient failure, until the hand-over is done.
+start. Checkpoints at a URL (``abfss://…``) have no such files: there the staged mode runs as it
+always did, and the fused mode refuses to start in one line (a path — a local folder, a
+``/Volumes`` or ``/dbfs`` mount — is what it needs).
+
+A stage of the staged mode that starts while the last mode is still fused (a Databricks job's
+``convert`` task starting before its ``ingest`` task has taken over) waits, as after a transient
+failure, until the hand-over is done.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io import checkpoints
 from pubsub_connect.io.tables import BRONZE, TableRef
-from pubsub_connect.pipelines.context import PipelineContext, StageFn, run_closers
+from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn, run_closers
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -53,6 +57,11 @@ def _mode_file(ctx: PipelineContext, config: ConnectorConfig) -> Path:
 
 def _convert_start_file(ctx: PipelineContext, config: ConnectorConfig) -> Path:
     return checkpoints.beside(ctx.store.checkpoint(config.name, POSITION_STAGE), "convert.start.json")
+
+
+def _bookkept(ctx: PipelineContext, config: ConnectorConfig) -> bool:
+    """Whether the connector's hand-over files can be kept: its checkpoints are at a path."""
+    return not checkpoints.is_remote(ctx.store.checkpoint(config.name, POSITION_STAGE))
 
 
 def last_mode(ctx: PipelineContext, config: ConnectorConfig) -> str | None:
@@ -84,6 +93,10 @@ def run_to_end(ctx: PipelineContext, config: ConnectorConfig, start: StageFn) ->
 def take_over_from_staged(ctx: PipelineContext, config: ConnectorConfig, drain: Sequence[StageFn]) -> None:
     """Before a fused query starts: when the staged mode owned the position, its later stages
     (``drain``: convert, publish) first run to the end of what bronze holds."""
+    if not _bookkept(ctx, config):
+        raise ConnectorError(f"{config.name}: pipeline.mode=fused needs its checkpoints at a path (storage.root "
+                             f"a local folder, /Volumes or /dbfs), not at {ctx.store.checkpoint(config.name, '')}: "
+                             "the hand-over between the modes keeps its files there")
     if last_mode(ctx, config) == STAGED:
         ctx.progress(f"[{config.name}.{FUSED}] taking over from pipeline.mode=staged: convert and publish finish "
                      "what bronze holds first")
@@ -96,6 +109,8 @@ def hand_back_to_staged(ctx: PipelineContext, config: ConnectorConfig, fused: St
     """Before the staged ``ingest`` starts: when the fused mode owned the position, the fused
     query runs to the end of what Kafka holds, then ``convert`` is set to start at a version of
     bronze committed for it (its old checkpoint, from before the fused run, is removed)."""
+    if not _bookkept(ctx, config):
+        return  # no fused mode without the files (see take_over_from_staged)
     mode = last_mode(ctx, config)
     if mode == FUSED:
         ctx.progress(f"[{config.name}.{POSITION_STAGE}] taking over from pipeline.mode=fused: the fused query "
@@ -113,6 +128,8 @@ def convert_start(ctx: PipelineContext, config: ConnectorConfig) -> int | None:
     """The bronze version a staged ``convert`` without a checkpoint starts at after a hand-back
     from the fused mode, else None (its checkpoint decides, or a new connector reads bronze from
     its start). Raises :class:`HandOverPendingError` while the fused mode still owns the position."""
+    if not _bookkept(ctx, config):
+        return None
     if last_mode(ctx, config) == FUSED:
         raise HandOverPendingError(f"{config.name}: pipeline.mode=staged: waiting for the ingest stage to take "
                                    "over from pipeline.mode=fused")
