@@ -153,8 +153,9 @@ def pipeline_mode(store: TableStore, connector: ConnectorRef) -> str:
     """How the connector last ran, in words: ``pipeline.mode=fused`` (one query on the ``ingest``
     checkpoint; no outbox) or staged, from the mode its last run recorded beside its checkpoints."""
     from pubsub_connect.io.checkpoints import read_json
+    from pubsub_connect.pipelines.modes import MODE_FILE
 
-    recorded = read_json(local_path(store.root) / "checkpoints" / connector.name / "mode.json")
+    recorded = read_json(local_path(store.root) / "checkpoints" / connector.name / MODE_FILE)
     if recorded is not None and recorded.get("mode") == "fused":
         return ("pipeline.mode=fused: one query lands bronze and publishes; its position is the ingest "
                 "checkpoint, and it writes no outbox")

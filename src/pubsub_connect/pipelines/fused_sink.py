@@ -133,7 +133,7 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
         counts["empty"] = sink.empty
 
     def publish(converted: DataFrame, batch_id: int) -> None:
-        bad = sink.dead_letters.of(converted)
+        # the dead-letter rows are planned only when a batch has some (each plan is Py4J calls)
         observed = ObservedCounts(converted, **counts)
         rows = (stop_at_unconvertible(observed.observed, sink.publishable) if stops
                 else observed.observed.filter(~failed & sink.publishable)).select(*sink.columns)
@@ -141,6 +141,7 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
             published = sink.publish(rows, stops)
         except Exception as exc:
             if stops:  # a record that cannot be converted: the staged convert's one line names it
+                bad = sink.dead_letters.of(converted)
                 try:
                     found_bad = bad.count()
                 except Exception:  # the publish's own failure is the one to report
@@ -149,8 +150,8 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
                     dead_letter(ctx, config, dlq, bad, batch_id, found_bad, stage=INGEST)
             raise ConnectorError(f"publish of batch {batch_id} to {sink.target} failed: {error_line(exc)}") from exc
         found = observed.values()
-        if not stops:
-            dead_letter(ctx, config, dlq, bad, batch_id, found["failed"], stage=INGEST)
+        if not stops and found["failed"]:
+            dead_letter(ctx, config, dlq, sink.dead_letters.of(converted), batch_id, found["failed"], stage=INGEST)
         if found.get("empty") and sink.report_empty is not None:
             sink.report_empty(converted)
         log.info("%s fused batch %d: %d messages", config.name, batch_id, published)

@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 
 STAGED, FUSED = "staged", "fused"
 
+#: Beside the connector's checkpoints: the mode that last owned its position.
+MODE_FILE = "mode.json"
+
 #: The stage whose checkpoint is the connector's Kafka position in either mode.
 POSITION_STAGE = "ingest"
 
@@ -52,7 +55,7 @@ class HandOverPendingError(RuntimeError):
 
 
 def _mode_file(ctx: PipelineContext, config: ConnectorConfig) -> Path:
-    return checkpoints.beside(ctx.store.checkpoint(config.name, POSITION_STAGE), "mode.json")
+    return checkpoints.beside(ctx.store.checkpoint(config.name, POSITION_STAGE), MODE_FILE)
 
 
 def _convert_start_file(ctx: PipelineContext, config: ConnectorConfig) -> Path:
