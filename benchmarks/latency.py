@@ -30,6 +30,7 @@ interval is 0 unless ``--trigger-ms`` sets one.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import statistics
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,55 +53,97 @@ PROJECT = "bench-project"
 STAMP = "produced_ns"
 
 
-class Receiver(StreamingSubscriber):
-    """A streaming-pull subscriber recording each message's latency (and the first arrival)."""
+class Latencies:
+    """What a latency receiver records: each stamped message's latency (its receive time minus
+    its :data:`STAMP`, same machine, same clock) and the first arrival, stamped or not (the
+    warm-up's). Subclasses differ only in how they receive; they call :meth:`arrived`."""
 
-    def __init__(self, subscription: str):
+    def __init__(self, *args: Any) -> None:
+        self.lock = threading.Lock()
         self.latencies_ms: list[float] = []
         #: (produce stamp, latency) pairs, to see whether latency grows during the run (backlog).
         self.samples: list[tuple[int, float]] = []
         self.first_at: float | None = None
         self.first = threading.Event()
-        super().__init__(subscription)
+        super().__init__(*args)
 
-    def on_message(self, message: Any) -> None:
-        now_ns, now = time.time_ns(), time.monotonic()
-        message.ack()
+    def arrived(self, stamp: str | bytes | None, now_ns: int, now: float) -> None:
+        """One message received at ``now_ns`` (wall clock) / ``now`` (monotonic)."""
         with self.lock:
             if self.first_at is None:
                 self.first_at = now
                 self.first.set()
-            stamp = message.attributes.get(STAMP)
             if stamp is not None:
-                self.latencies_ms.append((now_ns - int(stamp)) / 1e6)
-                self.samples.append((int(stamp), (now_ns - int(stamp)) / 1e6))
+                latency_ms = (now_ns - int(stamp)) / 1e6
+                self.latencies_ms.append(latency_ms)
+                self.samples.append((int(stamp), latency_ms))
 
     def count(self) -> int:
         with self.lock:
             return len(self.latencies_ms)
 
+    def close(self) -> None:
+        raise NotImplementedError
 
-class _SharingReceiver(Receiver):
-    """A :class:`Receiver` in the child process: it tells the parent of the first arrival and of
-    the count through shared memory, and keeps its samples until the parent asks for them."""
 
-    def __init__(self, subscription: str, first: Any, count: Any):
-        self._shared_first, self._shared_count = first, count
-        super().__init__(subscription)
+class Receiver(Latencies, StreamingSubscriber):
+    """A streaming-pull subscriber recording each message's latency (the stamp: an attribute)."""
 
     def on_message(self, message: Any) -> None:
-        super().on_message(message)
-        with self.lock:
-            self._shared_count.value = len(self.latencies_ms)
-        if not self._shared_first.is_set():
-            self._shared_first.set()
+        now_ns, now = time.time_ns(), time.monotonic()
+        message.ack()
+        self.arrived(message.attributes.get(STAMP), now_ns, now)
+
+    def close(self) -> None:
+        StreamingSubscriber.close(self)
 
 
-def _receive_until_stopped(subscription: str, first: Any, count: Any, stop: Any, results: Any) -> None:
-    """The child process's body: receive until ``stop`` is set, then send (stamp, latency) pairs."""
-    receiver = _SharingReceiver(subscription, first, count)
+class KafkaReceiver(Latencies):
+    """A Kafka consumer (a group of its own, from the earliest offset, ``read_committed``: what a
+    reader of an exactly-once source sees) recording each record's latency (the stamp: a header),
+    polling in a thread of its own. One record per poll: a batch call would wait to fill its batch."""
+
+    def __init__(self, bootstrap: str, topic: str):
+        from confluent_kafka import Consumer
+
+        super().__init__()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"latency-{topic}-{time.time_ns()}",
+                                   "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                                   "enable.auto.commit": False})
+        self._consumer.subscribe([topic])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="latency-consumer", daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            message = self._consumer.poll(0.1)
+            if message is None:
+                continue
+            now_ns, now = time.time_ns(), time.monotonic()
+            if message.error() is None:
+                self.arrived(dict(message.headers() or ()).get(STAMP), now_ns, now)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._consumer.close()
+
+
+#: How often a receiver in a child process tells the parent its count and first arrival.
+SHARE_EVERY_S = 0.05
+
+
+def _receive_until_stopped(receiver_type: type[Latencies], args: tuple[Any, ...], first: Any, count: Any,
+                           stop: Any, results: Any) -> None:
+    """The child process's body: receive until ``stop`` is set, telling the parent of the first
+    arrival and of the count through shared memory; then send the (stamp, latency) pairs."""
+    receiver = receiver_type(*args)
     try:
-        stop.wait()
+        while not stop.wait(SHARE_EVERY_S):
+            count.value = receiver.count()
+            if receiver.first.is_set() and not first.is_set():
+                first.set()
     finally:
         receiver.close()
         with receiver.lock:
@@ -108,10 +152,11 @@ def _receive_until_stopped(subscription: str, first: Any, count: Any, stop: Any,
 
 
 class ReceiverProcess:
-    """The latency subscriber in a spawned child process, with the parent's side of
-    :class:`Receiver`'s interface: ``first``, :meth:`count`, and the samples from :meth:`close`."""
+    """A latency receiver (``receiver_type(*args)``: a :class:`Receiver` of a subscription, a
+    :class:`KafkaReceiver` of a topic) in a spawned child process, with the parent's side of its
+    interface: ``first``, :meth:`count`, and the samples from :meth:`close`."""
 
-    def __init__(self, subscription: str):
+    def __init__(self, receiver_type: type[Latencies], *args: Any):
         import multiprocessing
 
         context = multiprocessing.get_context("spawn")
@@ -120,7 +165,7 @@ class ReceiverProcess:
         self._stop = context.Event()
         self._results, child_end = context.Pipe(duplex=False)
         self._process = context.Process(target=_receive_until_stopped, name="latency-receiver", daemon=True,
-                                        args=(subscription, self.first, self._count, self._stop, child_end))
+                                        args=(receiver_type, args, self.first, self._count, self._stop, child_end))
         self._process.start()
         child_end.close()
 
@@ -171,9 +216,8 @@ def producer(bootstrap: str) -> Any:
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "enable.idempotence": True})
 
 
-def produce_at_rate(p: Any, topic: str, rate: float, seconds: float) -> int:
-    """``rate * seconds`` records to ``topic`` at a fixed rate, each stamped with its produce time
-    (header :data:`STAMP`, nanoseconds); returns how many."""
+def at_rate(rate: float, seconds: float, send: Callable[[int], None]) -> int:
+    """``send(seq)`` for ``rate * seconds`` sequence numbers at a fixed rate; returns how many."""
     total = int(rate * seconds)
     interval = 1.0 / rate
     next_at = time.monotonic()
@@ -182,10 +226,69 @@ def produce_at_rate(p: Any, topic: str, rate: float, seconds: float) -> int:
         delay = next_at - time.monotonic()
         if delay > 0:
             time.sleep(delay)
+        send(seq)
+    return total
+
+
+def produce_at_rate(p: Any, topic: str, rate: float, seconds: float) -> int:
+    """``rate * seconds`` records to ``topic`` at a fixed rate, each stamped with its produce time
+    (header :data:`STAMP`, nanoseconds); returns how many."""
+
+    def send(seq: int) -> None:
         p.produce(topic, b"%012d" % seq, headers=[(STAMP, str(time.time_ns()).encode())])
         p.poll(0)
+
+    total = at_rate(rate, seconds, send)
     p.flush(30)
     return total
+
+
+@functools.cache
+def _publisher_client() -> Any:
+    """The publisher of this (child) process: one client, its channel open after the warm-up."""
+    from google.cloud import pubsub_v1
+
+    return pubsub_v1.PublisherClient()
+
+
+def publish(topic: str, data: bytes) -> None:
+    """One unstamped message to the Pub/Sub ``topic`` (a path), waited for: the warm-up."""
+    _publisher_client().publish(topic, data).result(120)
+
+
+def publish_at_rate(topic: str, rate: float, seconds: float) -> int:
+    """``rate * seconds`` messages to the Pub/Sub ``topic`` (a path) at a fixed rate, each stamped
+    with its publish time (attribute :data:`STAMP`, nanoseconds), with the client's default
+    batching (up to 10 ms); returns how many once all were accepted."""
+    client = _publisher_client()
+    futures: list[Any] = []
+    total = at_rate(rate, seconds, lambda seq: futures.append(
+        client.publish(topic, b"%012d" % seq, **{STAMP: str(time.time_ns())})))
+    for future in futures:
+        future.result(300)
+    return total
+
+
+class PublisherProcess:
+    """:func:`publish` and :func:`publish_at_rate` in a spawned child process of its own: the
+    Pub/Sub client spends most of its CPU outside the calling thread (its batch threads, gRPC's),
+    so a publisher thread's CPU could not be told apart from the process it runs in, and its
+    Python would compete for that process's interpreter lock."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+    def publish(self, topic: str, data: bytes) -> None:
+        self._pool.submit(publish, topic, data).result(300)
+
+    def publish_at_rate(self, topic: str, rate: float, seconds: float) -> int:
+        return self._pool.submit(publish_at_rate, topic, rate, seconds).result()
+
+    def close(self) -> None:
+        self._pool.shutdown()
 
 
 def latency_figures(samples: list[tuple[int, float]]) -> dict[str, float]:
@@ -252,7 +355,7 @@ def latency(bootstrap: str, workdir: Path, rate: float, seconds: float, trigger_
     create_kafka_topic(bootstrap, name, 1)
     subscription = create_topic_and_subscription(name)
     receiver: Receiver | ReceiverProcess = (
-        Receiver(subscription) if receiver_in_process else ReceiverProcess(subscription))
+        Receiver(subscription) if receiver_in_process else ReceiverProcess(Receiver, subscription))
     samples: list[tuple[int, float]] = []
     trigger = {} if trigger_ms is None else {"pipeline.trigger.interval.ms": str(trigger_ms)}
     worker = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(workdir / "storage"),

@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/vs_google.py [--records 50000] [--source-records 20000] [--size 1024]
                                              [--direction both|sink|source] [--tasks 2] [--source-tasks 1]
-                                             [--measure both|throughput|latency] [--rate 1000] [--seconds 60]
+                                             [--measure both|throughput|latency] [--rate 1000] [--source-rate 500]
+                                             [--seconds 60]
 
 The reference is Google's Pub/Sub Group Kafka Connector 1.3.3, unmodified, in a Kafka Connect
 3.9.1 standalone worker: the harness of the differential tests (``tests/reference``), which
@@ -36,6 +37,18 @@ stages one after the other (``--once``) in a Spark session already up.
   p50/p90/p99/max, p50 of the first and last third produced (steady or falling behind), and CPU
   seconds per message over the producing window and the drain (Google's: the Connect JVM; ours:
   the Spark JVM, its Python workers and this process without the producer's thread).
+- **source latency** (``--measure latency``, ``--direction source``): the same three sides, each
+  running continuously while a child process publishes ``--source-rate`` messages a second for
+  ``--seconds`` to a Pub/Sub topic of the side's own, each stamped with its publish time (an
+  attribute, which ``kafka.record.headers=true`` turns into a Kafka header on both connectors;
+  the publisher's default batching, up to 10 ms, counts in every side's latency). A Kafka
+  consumer in a child process of its own (a group of its own, ``read_committed``: our source
+  writes transactions, Google's does not) takes each record's receive time minus that stamp.
+  Same keys on every side (streaming pull, ``kafka.partition.count``, converters, ``tasks.max`` =
+  ``--source-tasks``; our fused mode runs one puller whatever ``tasks.max`` says), a warm-up
+  message first, and the same figures as the sink's. The publisher runs in a process of its own
+  because the Pub/Sub client spends most of its CPU outside the calling thread, so none of it
+  counts as ours; ours is the Spark JVM, its Python workers and this process (where our pullers run).
 
 Afterwards (untimed) each side's output is read back: every sequence id must be there (the
 duplicates are counted and shown), or the run fails instead of printing a rate. Connect worker
@@ -243,6 +256,14 @@ def check_complete(what: str, seen: collections.Counter[int], n: int) -> int:
     return sum(seen.values()) - n
 
 
+def source_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The keys both sources run with, throughput and latency alike."""
+    return {"cps.project": PROJECT, "tasks.max": str(args.source_tasks),
+            "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
+            "cps.streamingPull.enabled": "true", "kafka.partition.count": str(PARTITIONS),
+            "kafka.record.headers": "true"}
+
+
 class Bench:
     """Services, the reference worker and our Spark session, shared by both directions."""
 
@@ -337,10 +358,7 @@ class Bench:
             future.result(300)
         for kafka_topic in ("source-google", "source-ours"):
             create_kafka_topic(self.bootstrap, kafka_topic, PARTITIONS)
-        settings = {"cps.project": PROJECT, "tasks.max": str(args.source_tasks),
-                    "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
-                    "cps.streamingPull.enabled": "true", "kafka.partition.count": str(PARTITIONS),
-                    "kafka.record.headers": "true"}
+        settings = source_settings(args)
 
         end_offsets = end_offsets_total(self.bootstrap, "source-google")
         google = self.google_run("google-source", SOURCE_CONNECTOR_CLASS,
@@ -360,78 +378,184 @@ class Bench:
 
 
 class LatencyRun:
-    """One side of the sink latency comparison: the stamped producer (a thread of its own, whose
-    CPU is left out of ours), the child-process subscriber, and the CPU of the side's processes."""
+    """One side of a latency comparison in one direction: the side's input and output topics,
+    the stamped sender (whose CPU is left out of ours), the receiver in a child process
+    (``latency.py``'s), and the CPU of the side's processes. Subclasses set the direction."""
+
+    direction: str
+    #: connectors' names: ``google-<name>``, ``ours-<name>-<mode>``
+    name: str
+    google_class: str
+    ours_class: str
+    #: the child-process receiver (``latency.ReceiverProcess``)
+    receiver: Any
 
     def __init__(self, bench: Bench, side: str):
-        from latency import ReceiverProcess, producer
-
         self.bench, self.side = bench, side
-        self.topic = f"latency-{side}"
+        self.topic = f"{self.name}-{side}"  # the side's Kafka topic, Pub/Sub topic and subscription
+
+    @staticmethod
+    def settings(args: argparse.Namespace) -> dict[str, str]:
+        """The connector keys every side of the direction runs with."""
+        raise NotImplementedError
+
+    @staticmethod
+    def rate(args: argparse.Namespace) -> float:
+        raise NotImplementedError
+
+    def topic_keys(self) -> dict[str, str]:
+        """The side's connector keys naming its input and output."""
+        raise NotImplementedError
+
+    def send_one(self) -> None:
+        """The warm-up message, unstamped, sent and acknowledged."""
+        raise NotImplementedError
+
+    def send_at_rate(self) -> tuple[int, float]:
+        """The stamped messages at the rate; how many, and the sender's CPU seconds spent in this
+        process (to leave out of ours)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def measure(self, cpu: Cpu, failed: Callable[[], None]) -> dict[str, Any]:
+        """Warm up with one message, then send at the rate and wait until all arrived; the
+        latency figures and CPU seconds per message (``failed`` raises when the side stopped)."""
+        from latency import latency_figures
+
+        try:
+            self.send_one()
+            deadline = time.monotonic() + 300
+            while not self.receiver.first.wait(0.5):
+                failed()
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"{self.side}: the warm-up message did not arrive within 300 s")
+            cpu.start()
+            total, sender_cpu = self.send_at_rate()
+            deadline = time.monotonic() + 600
+            while self.receiver.count() < total and time.monotonic() < deadline:
+                failed()
+                time.sleep(0.2)
+            cpu.stop()
+        finally:
+            self.close()
+        cpu_s = cpu.seconds - (sender_cpu if cpu.include_self else 0.0)
+        figures = latency_figures(self.receiver.close())
+        return {**figures, "produced": total, "cpu_s": cpu_s, "cpu_ms_per_msg": 1000 * cpu_s / total}
+
+
+class SinkLatencyRun(LatencyRun):
+    """Kafka → Pub/Sub: records produced into the side's Kafka topic (a thread of this process,
+    whose CPU is left out of ours), received by a streaming-pull subscriber."""
+
+    direction, name, google_class, ours_class = "sink", "latency", SINK_CONNECTOR_CLASS, "cps-sink"
+
+    def __init__(self, bench: Bench, side: str):
+        from latency import Receiver, ReceiverProcess, producer
+
+        super().__init__(bench, side)
         create_kafka_topic(bench.bootstrap, self.topic, PARTITIONS)
         pubsub_topic = bench.publisher.topic_path(PROJECT, self.topic)
         bench.publisher.create_topic(request={"name": pubsub_topic})
-        self.receiver = ReceiverProcess(bench.create_subscription(pubsub_topic, self.topic))
+        self.receiver = ReceiverProcess(Receiver, bench.create_subscription(pubsub_topic, self.topic))
         self.producer = producer(bench.bootstrap)
 
-    def measure(self, cpu: Cpu, failed: Callable[[], None]) -> dict[str, Any]:
-        """Warm up with one record, then produce at the rate and wait until all arrived; the
-        latency figures and CPU seconds per message (``failed`` raises when the side stopped)."""
-        from latency import latency_figures, produce_at_rate
+    @staticmethod
+    def settings(args: argparse.Namespace) -> dict[str, str]:
+        return {"cps.project": PROJECT, "tasks.max": str(args.tasks), "key.converter": STRING_CONVERTER,
+                "value.converter": BYTES_CONVERTER, "headers.publish": "true",
+                "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
+                "maxDelayThresholdMs": str(args.max_delay_ms)}
 
-        args = self.bench.args
+    @staticmethod
+    def rate(args: argparse.Namespace) -> float:
+        return float(args.rate)
+
+    def topic_keys(self) -> dict[str, str]:
+        return {"topics": self.topic, "cps.topic": self.topic}
+
+    def send_one(self) -> None:
         self.producer.produce(self.topic, b"warm-up")
         self.producer.flush(30)
-        deadline = time.monotonic() + 300
-        while not self.receiver.first.wait(0.5):
-            failed()
-            if time.monotonic() > deadline:
-                raise ServiceError(f"{self.side}: the warm-up record did not arrive within 300 s")
+
+    def send_at_rate(self) -> tuple[int, float]:
+        from latency import produce_at_rate
+
         produced: list[int] = []
         producer_cpu: list[float] = []
 
         def produce() -> None:
             started = time.thread_time()
-            produced.append(produce_at_rate(self.producer, self.topic, args.rate, args.seconds))
+            produced.append(produce_at_rate(self.producer, self.topic, self.rate(self.bench.args),
+                                            self.bench.args.seconds))
             producer_cpu.append(time.thread_time() - started)
 
-        cpu.start()
         thread = threading.Thread(target=produce, name="stamped-producer")
         thread.start()
         thread.join()
-        total = produced[0]
-        deadline = time.monotonic() + 600
-        while self.receiver.count() < total and time.monotonic() < deadline:
-            failed()
-            time.sleep(0.2)
-        cpu.stop()
-        cpu_s = cpu.seconds - (producer_cpu[0] if cpu.include_self else 0.0)
-        figures = latency_figures(self.receiver.close())
-        return {**figures, "produced": total, "cpu_s": cpu_s, "cpu_ms_per_msg": 1000 * cpu_s / total}
+        return produced[0], producer_cpu[0]
 
 
-def sink_latency(bench: Bench) -> dict[str, Any]:
-    """The three sides of the sink latency comparison, one after the other on the same machine."""
+class SourceLatencyRun(LatencyRun):
+    """Pub/Sub → Kafka: messages published to the side's Pub/Sub topic by a child process (none
+    of its CPU is this process's), received by a ``read_committed`` Kafka consumer."""
+
+    direction, name, google_class, ours_class = "source", "source-latency", SOURCE_CONNECTOR_CLASS, "cps-source"
+
+    def __init__(self, bench: Bench, side: str):
+        from latency import KafkaReceiver, PublisherProcess, ReceiverProcess
+
+        super().__init__(bench, side)
+        create_kafka_topic(bench.bootstrap, self.topic, PARTITIONS)
+        self.pubsub_topic = bench.publisher.topic_path(PROJECT, self.topic)
+        bench.publisher.create_topic(request={"name": self.pubsub_topic})
+        bench.create_subscription(self.pubsub_topic, self.topic)
+        self.receiver = ReceiverProcess(KafkaReceiver, bench.bootstrap, self.topic)
+        self.publisher = PublisherProcess()
+
+    @staticmethod
+    def settings(args: argparse.Namespace) -> dict[str, str]:
+        return source_settings(args)
+
+    @staticmethod
+    def rate(args: argparse.Namespace) -> float:
+        return float(args.source_rate)
+
+    def topic_keys(self) -> dict[str, str]:
+        return {"cps.subscription": self.topic, "kafka.topic": self.topic}
+
+    def send_one(self) -> None:
+        self.publisher.publish(self.pubsub_topic, b"warm-up")
+
+    def send_at_rate(self) -> tuple[int, float]:
+        return self.publisher.publish_at_rate(self.pubsub_topic, self.rate(self.bench.args),
+                                              self.bench.args.seconds), 0.0
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+def latency_comparison(bench: Bench, run_type: type[LatencyRun]) -> dict[str, Any]:
+    """The three sides of a latency comparison (Google's, ours staged, ours fused) in
+    ``run_type``'s direction, one after the other on the same machine."""
     from _streaming import StagesThread
 
     from pubsub_connect.pipelines.runtime import connector_stages
 
     args = bench.args
-    settings = {"cps.project": PROJECT, "tasks.max": str(args.tasks), "key.converter": STRING_CONVERTER,
-                "value.converter": BYTES_CONVERTER, "headers.publish": "true",
-                "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
-                "maxDelayThresholdMs": str(args.max_delay_ms)}
-    results: dict[str, Any] = {"rate": args.rate, "seconds": args.seconds, "settings": settings}
-    run = LatencyRun(bench, "google")
-    with bench.worker.running("google-latency", SINK_CONNECTOR_CLASS,
-                              {**settings, "topics": run.topic, "cps.topic": run.topic}):
+    settings = run_type.settings(args)
+    results: dict[str, Any] = {"rate": run_type.rate(args), "seconds": args.seconds, "settings": settings}
+    run = run_type(bench, "google")
+    name = f"google-{run.name}"
+    with bench.worker.running(name, run.google_class, {**settings, **run.topic_keys()}):
         results["google"] = run.measure(Cpu(bench.worker.pid, include_self=False),
-                                        lambda: bench.worker.raise_if_failed("google-latency"))
+                                        lambda: bench.worker.raise_if_failed(name))
     for mode in ("staged", "fused"):
-        run = LatencyRun(bench, mode)
-        config = cfg.load_raw({**settings, "name": f"ours-latency-{mode}", "connector.class": "cps-sink",
-                               "topics": run.topic, "cps.topic": run.topic, "cps.useEmulator": "true",
-                               "pipeline.mode": mode}, bench.worker_settings(100_000))
+        run = run_type(bench, mode)
+        config = cfg.load_raw({**settings, "name": f"ours-{run.name}-{mode}", "connector.class": run.ours_class,
+                               **run.topic_keys(), "cps.useEmulator": "true", "pipeline.mode": mode},
+                              bench.worker_settings(100_000))
         bench.context(config)  # the one Spark session
         assert bench.ctx is not None
         ctx = PipelineContext(bench.ctx.spark, config.worker, bench.ctx.caps, bench.ctx.store, once=False,
@@ -450,10 +574,14 @@ def sink_latency(bench: Bench) -> dict[str, Any]:
     return results
 
 
-def latency_rows(result: dict[str, Any]) -> list[tuple[str, str]]:
+LATENCY_RUNS: tuple[type[LatencyRun], ...] = (SinkLatencyRun, SourceLatencyRun)
+
+
+def latency_rows(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
     google = result["google"]
-    rows = [("[sink latency] produced", f"{result['rate']:g} msg/s for {result['seconds']:g} s per side, "
-                                        f"tasks.max={result['settings']['tasks.max']}"),
+    sent = "produced" if direction == "sink" else "published"
+    rows = [(f"[{direction} latency] {sent}", f"{result['rate']:g} msg/s for {result['seconds']:g} s per side, "
+                                              f"tasks.max={result['settings']['tasks.max']}"),
             ("  1-min load average at start", f"{result['load_average_before'][0]:.1f}")]
     for side, label in (("google", "Google's connector"), ("staged", "ours, pipeline.mode=staged"),
                         ("fused", "ours, pipeline.mode=fused")):
@@ -501,9 +629,11 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--direction", choices=("both", "sink", "source"), default="both")
     parser.add_argument("--measure", choices=("both", "throughput", "latency"), default="both",
-                        help="throughput (a backlog, --once), latency (the sinks running continuously), or both")
-    parser.add_argument("--rate", type=float, default=1000.0, help="sink latency: records per second")
-    parser.add_argument("--seconds", type=float, default=60.0, help="sink latency: how long to produce")
+                        help="throughput (a backlog, --once), latency (the connectors running continuously), or both")
+    parser.add_argument("--rate", type=float, default=1000.0, help="sink latency: records produced per second")
+    parser.add_argument("--source-rate", type=float, default=500.0,
+                        help="source latency: messages published per second")
+    parser.add_argument("--seconds", type=float, default=60.0, help="latency: how long to produce / publish")
     parser.add_argument("--tasks", type=int, default=2, help="the sinks' tasks.max")
     parser.add_argument("--source-tasks", type=int, default=1, help="the sources' tasks.max")
     parser.add_argument("--max-buffer-size", type=int, default=100, help="maxBufferSize (both sinks)")
@@ -531,12 +661,14 @@ def main() -> None:
                 connect_s = time.perf_counter() - started
                 bench = Bench(args, root, bootstrap, worker, fronts)
                 try:
-                    if args.measure in ("latency", "both") and args.direction in ("sink", "both"):
-                        load = os.getloadavg()
-                        results["sink_latency"] = {**sink_latency(bench), "load_average_before": load}
-                        latency_table = latency_rows(results["sink_latency"])
-                        rows += latency_table
-                        print(table(latency_table) + "\n", flush=True)
+                    for run_type in LATENCY_RUNS:
+                        if args.measure in ("latency", "both") and args.direction in (run_type.direction, "both"):
+                            load = os.getloadavg()
+                            key = f"{run_type.direction}_latency"
+                            results[key] = {**latency_comparison(bench, run_type), "load_average_before": load}
+                            latency_table = latency_rows(run_type.direction, results[key])
+                            rows += latency_table
+                            print(table(latency_table) + "\n", flush=True)
                     for direction in ("sink", "source"):
                         if args.measure in ("throughput", "both") and args.direction in (direction, "both"):
                             load = os.getloadavg()  # figures are only comparable at a similar load

@@ -21,7 +21,8 @@ from integration.pubsub_helpers import (
     pull_distinct,
 )
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.pipelines import cps_source
+from pubsub_connect.model.schemas import PUBSUB_BRONZE
+from pubsub_connect.pipelines import cps_pull, cps_source
 from pubsub_connect.pipelines.context import ConnectorError
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
@@ -155,13 +156,13 @@ def test_redelivery_after_crash_between_commit_and_ack(spark, kafka_bootstrap: s
         raise Crash("process died after the Delta commit, before the ack")
 
     with monkeypatch.context() as patch:
-        patch.setattr(cps_source.Puller, "_ack", crash_before_ack)
+        patch.setattr(cps_pull.Puller, "_ack", crash_before_ack)
         with pytest.raises(ConnectorError, match="before the ack"):
             run_once(spark, kafka_bootstrap, tmp_path, connector)
     # Pub/Sub redelivers the unacked messages once their lease runs out: wait until each has
     # come back (handed straight back to the subscription), then run until the redelivered
     # copies have landed in bronze.
-    pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_source.LEASE_S + 60, hand_back=True)
+    pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_pull.LEASE_S + 60, hand_back=True)
     ctx = None
     for _ in range(5):
         ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
@@ -256,7 +257,7 @@ def _pulled(spark, messages: list[tuple[str, int]]):
     rows = [(mid, b"data-" + mid.encode(), {}, None, datetime.datetime(2026, 1, 1, 0, 0, second,
                                                                          tzinfo=datetime.timezone.utc),
              None, "s", datetime.datetime(2026, 1, 1, 0, 1, tzinfo=datetime.timezone.utc)) for mid, second in messages]
-    return spark.createDataFrame(rows, cps_source.PUBSUB_BRONZE).coalesce(1)
+    return spark.createDataFrame(rows, PUBSUB_BRONZE).coalesce(1)
 
 
 def test_round_robin_continues_across_convert_batches_and_restarts(spark, kafka_bootstrap: str, tmp_path: Path,
@@ -274,7 +275,7 @@ def test_round_robin_continues_across_convert_batches_and_restarts(spark, kafka_
                                         **{"pipeline.max.files.per.trigger": "1"})
 
     ctx = context(spark, kafka_bootstrap, root)
-    bronze = cps_source.ensure_bronze(ctx, connector)
+    bronze = cps_pull.ensure_bronze(ctx, connector)
     first = [("m1", 1), ("m2", 2), ("m3", 3)]
     second = [("m2", 2), ("m4", 4), ("m5", 5)]  # m2 redelivered: dropped, and not counted
     third = [("m6", 6), ("m7", 7)]

@@ -18,6 +18,7 @@ printed with every kill point, so a failure can be replayed exactly (``KILL_SEED
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -80,9 +81,34 @@ def batch_ids(folder: Path) -> set[int]:
     return {int(p.name) for p in folder.iterdir() if _BATCH_FILE.match(p.name)}
 
 
+def _journal_windows(folder: Path) -> tuple[set[int], set[int]]:
+    """A fused Cloud Pub/Sub source's journal of produced ids (``checkpoints/<name>/fused``): its
+    windows begun and not aborted, and those whose transaction committed (their file has
+    ``rows``)."""
+    planned, committed = set(), set()
+    for path in folder.glob("[0-9]*.json"):
+        try:
+            entry = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):  # replaced or pruned meanwhile
+            continue
+        if not entry.get("aborted"):
+            planned.add(int(path.stem))
+        if "rows" in entry:
+            committed.add(int(path.stem))
+    return planned, committed
+
+
+def planned_and_committed(checkpoint: Path) -> tuple[set[int], set[int]]:
+    """A stage's batches planned and committed: a Spark checkpoint's ``offsets`` and ``commits``,
+    or the windows of a fused source's journal (it has a ``sequence.json``)."""
+    if (checkpoint / "sequence.json").exists():
+        return _journal_windows(checkpoint)
+    return batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
+
+
 def pending_batch(checkpoint: Path) -> int | None:
     """The batch planned (``offsets/N``) and not committed (no ``commits/N``), if any."""
-    planned, committed = batch_ids(checkpoint / "offsets"), batch_ids(checkpoint / "commits")
+    planned, committed = planned_and_committed(checkpoint)
     newest = max(planned, default=None)
     return newest if newest is not None and newest not in committed else None
 
@@ -92,7 +118,7 @@ def batch_in_flight(checkpoint: Path, committed: int, committed_before: frozense
     ``committed`` batches besides ``committed_before``; else None. Both fault loops time their
     faults by it: a kill or an outage then meets that batch in flight."""
     batch = pending_batch(checkpoint)
-    if batch is None or len(batch_ids(checkpoint / "commits") - committed_before) < committed:
+    if batch is None or len(planned_and_committed(checkpoint)[1] - committed_before) < committed:
         return None
     return batch
 
@@ -174,7 +200,7 @@ def _await_point(proc: subprocess.Popen[bytes], decider: Target, point: KillPoin
         checkpoint = decider.checkpoints(proc.pid).get(point.stage)
         if checkpoint is not None:
             if committed_at_start is None:
-                committed_at_start = frozenset(batch_ids(checkpoint / "commits"))
+                committed_at_start = frozenset(planned_and_committed(checkpoint)[1])
             batch = batch_in_flight(checkpoint, point.after_batches, committed_at_start)
             if batch is not None:
                 time.sleep(point.delay_s)  # the fault's timing, inside the planned batch

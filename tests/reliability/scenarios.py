@@ -29,7 +29,7 @@ from integration.kafka_helpers import Rec, consume_all, create_topic, produce
 from integration.pubsub_helpers import create_topic_and_subscription, publish, pull_distinct
 from lite_server import LiteServer
 from pubsub_connect.io.objectstore.local import LocalStore
-from pubsub_connect.pipelines.cps_source import LEASE_S
+from pubsub_connect.pipelines.cps_pull import LEASE_S
 from reliability.kill_loop import Kill, Tally, Target
 
 
@@ -219,16 +219,18 @@ def cps_sink_fused(bootstrap: str, root: Path, tmp_path: Path, name: str, volume
     return Scenario(Target(name, ("fused",), lambda _pid: {"fused": checkpoint}), properties, feed, verify)
 
 
-def cps_source(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volume) -> Scenario:
-    # ``pull`` is not a streaming query (no checkpoint): the kill points are the two that are.
-    stages = ("convert", "produce")
+def cps_source(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volume, fused: bool = False) -> Scenario:
+    """The Cloud Pub/Sub source. Staged, ``pull`` is not a streaming query (no checkpoint): the
+    kill points are the two that are. Fused (``pipeline.mode=fused``), the kill points are the
+    loop's windows, begun and not committed in its journal of produced ids."""
+    stages = ("fused",) if fused else ("convert", "produce")
     create_topic(bootstrap, name, partitions=3)
     _, subscription = create_topic_and_subscription(name, ack_deadline_seconds=10)
     properties = tmp_path / f"{name}.properties"
     properties.write_text(f"name={name}\nconnector.class=cps-source\ncps.project=test-project\n"
                           f"cps.subscription={subscription.rsplit('/', 1)[-1]}\nkafka.topic={name}\n"
                           "cps.useEmulator=true\nkafka.record.headers=true\nkafka.partition.count=3\n"
-                          "cps.maxBatchSize=50\n")
+                          "cps.maxBatchSize=50\n" + ("pipeline.mode=fused\n" if fused else ""))
     published: dict[str, int] = {}
 
     def feed(cycle: int) -> None:
@@ -237,7 +239,10 @@ def cps_source(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Vo
                              strict=True))
 
     def verify(kills: Sequence[Kill]) -> Tally:
-        each_once(Counter(read_table(root, "outbox", name).column("message_id").to_pylist()), published, "outbox")
+        if fused:
+            assert not (root / "outbox" / name).exists(), "the fused mode writes no outbox"
+        else:
+            each_once(Counter(read_table(root, "outbox", name).column("message_id").to_pylist()), published, "outbox")
         committed = consume_all(bootstrap, name)
         each_once(Counter((int(dict(r.headers)["seq"]), r.value) for r in committed),
                   [(seq, f"m{seq}".encode()) for seq in published.values()], "kafka (read_committed)")
@@ -259,6 +264,10 @@ def cps_source(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Vo
                       hand_back=True)
 
     return Scenario(Target(name, stages, stage_checkpoints(root, name, stages)), properties, feed, verify, settle)
+
+
+def cps_source_fused(bootstrap: str, root: Path, tmp_path: Path, name: str, volume: Volume) -> Scenario:
+    return cps_source(bootstrap, root, tmp_path, name, volume, fused=True)
 
 
 def archive(bootstrap: str, tmp_path: Path, name: str, volume: Volume) -> Scenario:

@@ -31,8 +31,8 @@ VOLUME = scenarios.Volume(cycles=3, per_cycle=300)
 RECORDS_PER_BATCH = 100
 
 
-@pytest.mark.parametrize("connector", ["cps_sink", "cps_sink_fused", "cps_source", "lite_sink", "lite_source",
-                                       "archive"])
+@pytest.mark.parametrize("connector", ["cps_sink", "cps_sink_fused", "cps_source", "cps_source_fused", "lite_sink",
+                                       "lite_source", "archive"])
 def test_kill_9_mid_batch_on_the_native_engine_keeps_the_promise(
         connector: str, kafka_bootstrap: str, pubsub_emulator_host: str, lite: LiteServer, tmp_path: Path,
         unique_name: str) -> None:
@@ -49,6 +49,7 @@ def test_kill_9_mid_batch_on_the_native_engine_keeps_the_promise(
         "cps_sink": lambda: scenarios.cps_sink(kafka_bootstrap, root, tmp_path, name, VOLUME),
         "cps_sink_fused": lambda: scenarios.cps_sink_fused(kafka_bootstrap, root, tmp_path, name, VOLUME),
         "cps_source": lambda: scenarios.cps_source(kafka_bootstrap, root, tmp_path, name, VOLUME),
+        "cps_source_fused": lambda: scenarios.cps_source_fused(kafka_bootstrap, root, tmp_path, name, VOLUME),
         "lite_sink": lambda: scenarios.lite_sink(kafka_bootstrap, lite, root, tmp_path, name, VOLUME),
         "lite_source": lambda: scenarios.lite_source(kafka_bootstrap, lite, root, tmp_path, name, VOLUME),
         "archive": lambda: scenarios.archive(kafka_bootstrap, tmp_path, name, VOLUME),

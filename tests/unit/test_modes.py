@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pubsub_connect.config import loader as cfg
-from pubsub_connect.io.tables import checkpoint_location
+from pubsub_connect.io.tables import BRONZE, TableRef, checkpoint_location
 from pubsub_connect.pipelines import modes
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.runner.failures import is_transient
@@ -22,9 +22,12 @@ NAME = "c"
 
 @pytest.fixture
 def ctx(tmp_path: Path) -> Any:
-    """Just what the bookkeeping reads of a context: where the checkpoints are."""
-    return SimpleNamespace(store=SimpleNamespace(checkpoint=lambda name, stage: checkpoint_location(
-        str(tmp_path), name, stage)))
+    """Just what the bookkeeping reads of a context: where the checkpoints are, and which tables
+    exist (``store.tables``: their ``TableRef`` s)."""
+    tables: set[TableRef] = set()
+    return SimpleNamespace(store=SimpleNamespace(
+        checkpoint=lambda name, stage: checkpoint_location(str(tmp_path), name, stage),
+        exists=lambda table: table in tables, tables=tables))
 
 
 @pytest.fixture
@@ -50,6 +53,14 @@ def test_the_mode_that_owns_the_position(ctx: Any, config: cfg.ConnectorConfig, 
     assert modes.last_mode(ctx, config) == "staged"  # ran before modes were recorded
     recorded(tmp_path, "mode.json", {"mode": "fused"})
     assert modes.last_mode(ctx, config) == "fused"
+
+
+def test_a_source_that_only_pulled_ran_staged(ctx: Any, config: cfg.ConnectorConfig) -> None:
+    """A Cloud Pub/Sub source's staged ``pull`` keeps no checkpoint: its bronze table is what
+    says it ran (the fused mode then lets convert and produce finish it first)."""
+    assert modes.last_mode(ctx, config) is None
+    ctx.store.tables.add(TableRef(BRONZE, NAME))
+    assert modes.last_mode(ctx, config) == "staged"
 
 
 def test_a_staged_convert_waits_while_the_fused_mode_owns_the_position(

@@ -280,7 +280,7 @@ def test_batch_timeout_comes_from_the_worker_config() -> None:
 
 
 def test_a_query_like_stage_without_spark_status_is_not_watched_and_recovers() -> None:
-    from pubsub_connect.pipelines.cps_source import PullLoop
+    from pubsub_connect.pipelines.cps_pull import PullLoop
 
     first, second = FakeQuery(), FakeQuery()
     for query in (first, second):

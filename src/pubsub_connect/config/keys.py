@@ -97,10 +97,11 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 
 #: ``pipeline.mode``: how a connector's work is split into streaming queries.
 PIPELINE_MODES = ("staged", "fused")
-PIPELINE_MODE_DOC = ("staged: three streaming queries per connector (ingest, convert, publish) handing records "
-                     "on through the bronze and outbox tables; fused: one query per sink connector that lands "
-                     "bronze while it converts and publishes each micro-batch (lower latency and CPU, no outbox). "
-                     "Connectors without a fused form run staged.")
+PIPELINE_MODE_DOC = ("staged: three stages per connector (ingest or pull, convert, publish or produce) handing "
+                     "records on through the bronze and outbox tables; fused: one query per sink connector, one "
+                     "loop for the Cloud Pub/Sub source, that lands bronze while it converts and publishes or "
+                     "produces each micro-batch or pulled window (lower latency, no outbox). Connectors without a "
+                     "fused form run staged.")
 
 
 # Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).

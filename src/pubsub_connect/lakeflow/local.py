@@ -270,7 +270,7 @@ def _run_continuously(ctx: PipelineContext, config: cfg.ConnectorConfig, before:
     stage after the pipeline starts once the first update has created the tables it reads."""
     from pubsub_connect.io.tables import BRONZE, TableRef
     from pubsub_connect.model.schemas import LITE_BRONZE
-    from pubsub_connect.pipelines.cps_source import ensure_bronze
+    from pubsub_connect.pipelines.cps_pull import ensure_bronze
     from pubsub_connect.pipelines.runner.supervisor import run_stages
 
     errors: list[BaseException] = []

@@ -45,10 +45,11 @@ def stop_line(row: object, failed: str) -> str:
 
 
 def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame, batch_id: int,
-                count: int | None = None, stage: str = "convert") -> int:
+                count: int | None = None, stage: str = "convert", app_id: str | None = None) -> int:
     """Apply the tolerance to a micro-batch's bad rows (``KAFKA_DLQ``-shaped); returns their count
     (``count``, when the caller already knows it, saves a Spark job). ``stage``: whose micro-batch
-    it is (its checkpoint names the dead-letter appends)."""
+    it is (its checkpoint names the dead-letter appends), unless ``app_id`` names them (a batch
+    numbered without a Spark checkpoint: the fused Cloud Pub/Sub source's)."""
     count = bad.count() if count is None else count
     if count == 0:
         return 0
@@ -61,7 +62,7 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     # before, so once the table holds this batch's rows, ``bad`` computed again is empty. Should
     # the run stop in between, the replayed batch produces them again (a DLQ topic is at least once).
     copy_to_dlq_topic(ctx, config, bad)
-    ctx.store.append_batch(dlq, bad, ctx.batch_app_id(config, stage, "-dlq"), batch_id)
+    ctx.store.append_batch(dlq, bad, app_id or ctx.batch_app_id(config, stage, "-dlq"), batch_id)
     return count
 
 

@@ -93,7 +93,7 @@ def fused_trigger(ctx: PipelineContext) -> dict[str, Any]:
     return {"processingTime": f"{interval} milliseconds"}
 
 
-class _Beside:
+class Beside:
     """A call run on a Spark-aware thread beside the caller's (PySpark's ``InheritableThread``
     carries the micro-batch's job group and local properties over, so stopping the query cancels
     its jobs too); :meth:`result` waits for it and raises what it raised."""
@@ -122,8 +122,8 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
                      drain: Sequence[StageFn]) -> StreamingQuery:
     """Start the fused query of a sink connector; ``drain``: its staged convert and publish, run
     to the end first when the staged mode owned the position (:mod:`.modes`)."""
+    take_over_from_staged(ctx, config, drain)  # before the landing creates bronze: a new connector has none
     landing = KafkaLanding(ctx, config, shown_as=STAGE)
-    take_over_from_staged(ctx, config, drain)
     dlq = TableRef(DLQ, config.name)
     ctx.store.ensure(dlq, KAFKA_DLQ)
     stops = config.get("errors.tolerance") == "none"
@@ -166,7 +166,7 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
             batch.unpersist()
 
     def run_batch(batch: DataFrame, batch_id: int) -> None:
-        landed = _Beside(lambda: landing.append(batch, batch_id))
+        landed = Beside(lambda: landing.append(batch, batch_id))
         try:
             converted, cached = sink.convert(batch)
             if cached is not None:

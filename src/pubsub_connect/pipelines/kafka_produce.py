@@ -64,17 +64,19 @@ def indexed_rows(batch: DataFrame, order: Sequence[str]) -> DataFrame:
 
 
 def produce_batch(ctx: PipelineContext, config: ConnectorConfig, batch: DataFrame, batch_id: int,
-                  order: Sequence[str]) -> ProduceOutcome:
+                  order: Sequence[str], identity: tuple[str, str] | None = None) -> ProduceOutcome:
     """Write one micro-batch in one transaction. ``written`` in the outcome: the records written
     (-1: a replay that had committed, 0: nothing to write); ``rejected``: the (row index, code)
     of each record Kafka refused for good; ``committed`` False when such a record kept the batch
-    from committing (``errors.tolerance=none``)."""
+    from committing (``errors.tolerance=none``). ``identity``: the ``transactional.id`` and the
+    markers' sequence, when the batches are not the produce stage's (the fused source's)."""
+    transactional, sequence = identity or (transactional_id(config), ctx.batch_app_id(config, STAGE))
     writer = TransactionalPartitionWriter(
         client_config=tuple(sorted(producer_config(ctx, config).items())),
-        transactional_id=transactional_id(config),
+        transactional_id=transactional,
         topic=str(config.get("kafka.topic")),
         marker_topic=str(ctx.worker.get("pipeline.offsets.topic")),
-        sequence=ctx.batch_app_id(config, STAGE),
+        sequence=sequence,
         batch_id=batch_id,
         commit_rejects=config.get("errors.tolerance") != "none",
     )

@@ -1,7 +1,7 @@
-"""Switching a sink connector between ``pipeline.mode`` staged and fused: no gap, and no record
+"""Switching a connector between ``pipeline.mode`` staged and fused: no gap, and no record
 published again beyond the at-least-once window of one replayed micro-batch.
 
-Both modes read Kafka on the same checkpoint (the ``ingest`` stage's: the connector's Connect
+A sink's two modes read Kafka on the same checkpoint (the ``ingest`` stage's: the connector's Connect
 offsets, and the app id of its bronze appends), so the Kafka position and bronze's exactly-once
 marks carry over by themselves. What does not carry over is the work between the stages:
 
@@ -21,6 +21,10 @@ start. Checkpoints at a URL (``abfss://…``) have no such files: there the stag
 always did, and the fused mode refuses to start in one line (a path — a local folder, a
 ``/Volumes`` or ``/dbfs`` mount — is what it needs).
 
+The Cloud Pub/Sub source hands over the same way, its ``pull`` stage in the place of ``ingest``
+and the subscription in the place of Kafka: the fused source pulls until the subscription is idle
+before ``pull`` starts (:mod:`.fused_source` says how it keeps Kafka free of duplicates).
+
 A stage of the staged mode that starts while the last mode is still fused (a Databricks job's
 ``convert`` task starting before its ``ingest`` task has taken over) waits, as after a transient
 failure, until the hand-over is done.
@@ -29,7 +33,7 @@ failure, until the hand-over is done.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pubsub_connect.config.loader import ConnectorConfig
@@ -45,7 +49,8 @@ STAGED, FUSED = "staged", "fused"
 #: Beside the connector's checkpoints: the mode that last owned its position.
 MODE_FILE = "mode.json"
 
-#: The stage whose checkpoint is the connector's Kafka position in either mode.
+#: The stage whose checkpoint is a sink's Kafka position in either mode (its folder holds
+#: :data:`MODE_FILE` for every connector).
 POSITION_STAGE = "ingest"
 
 
@@ -69,11 +74,14 @@ def _bookkept(ctx: PipelineContext, config: ConnectorConfig) -> bool:
 
 def last_mode(ctx: PipelineContext, config: ConnectorConfig) -> str | None:
     """The mode that last owned the connector's position: ``mode.json``, else staged when the
-    position exists (connectors that ran before modes existed), else None (a new connector)."""
+    connector ran before modes existed (its Kafka position, its convert checkpoint or its bronze
+    table exists: a source that only pulled has the last alone), else None (a new connector)."""
     recorded = checkpoints.read_json(_mode_file(ctx, config))
     if recorded is not None:
         return str(recorded["mode"])
-    return STAGED if checkpoints.exists(ctx.store.checkpoint(config.name, POSITION_STAGE)) else None
+    ran = (any(checkpoints.exists(ctx.store.checkpoint(config.name, stage)) for stage in (POSITION_STAGE, "convert"))
+           or ctx.store.exists(TableRef(BRONZE, config.name)))
+    return STAGED if ran else None
 
 
 def _record_mode(ctx: PipelineContext, config: ConnectorConfig, mode: str) -> None:
@@ -93,31 +101,38 @@ def run_to_end(ctx: PipelineContext, config: ConnectorConfig, start: StageFn) ->
         run_closers(cleanups)
 
 
-def take_over_from_staged(ctx: PipelineContext, config: ConnectorConfig, drain: Sequence[StageFn]) -> None:
+def take_over_from_staged(ctx: PipelineContext, config: ConnectorConfig, drain: Sequence[StageFn],
+                          drained: str = "convert and publish", then: Callable[[], None] | None = None) -> None:
     """Before a fused query starts: when the staged mode owned the position, its later stages
-    (``drain``: convert, publish) first run to the end of what bronze holds."""
+    (``drain``, named ``drained``: a sink's convert and publish, a source's convert and produce)
+    first run to the end of what bronze holds, and ``then`` is called before the fused mode is
+    recorded as the owner (a source carries what its staged mode produced over to the fused one)."""
     if not _bookkept(ctx, config):
         raise ConnectorError(f"{config.name}: pipeline.mode=fused needs its checkpoints at a path (storage.root "
                              f"a local folder, /Volumes or /dbfs), not at {ctx.store.checkpoint(config.name, '')}: "
                              "the hand-over between the modes keeps its files there")
     if last_mode(ctx, config) == STAGED:
-        ctx.progress(f"[{config.name}.{FUSED}] taking over from pipeline.mode=staged: convert and publish finish "
+        ctx.progress(f"[{config.name}.{FUSED}] taking over from pipeline.mode=staged: {drained} finish "
                      "what bronze holds first")
         for start in drain:
             run_to_end(ctx, config, start)
+        if then is not None:
+            then()
     _record_mode(ctx, config, FUSED)
 
 
-def hand_back_to_staged(ctx: PipelineContext, config: ConnectorConfig, fused: StageFn) -> None:
-    """Before the staged ``ingest`` starts: when the fused mode owned the position, the fused
-    query runs to the end of what Kafka holds, then ``convert`` is set to start at a version of
-    bronze committed for it (its old checkpoint, from before the fused run, is removed)."""
+def hand_back_to_staged(ctx: PipelineContext, config: ConnectorConfig, fused: StageFn,
+                        first_stage: str = POSITION_STAGE, source: str = "Kafka") -> None:
+    """Before the staged ``first_stage`` (a sink's ``ingest``, a source's ``pull``) starts: when
+    the fused mode owned the position, the fused query runs to the end of what ``source`` holds,
+    then ``convert`` is set to start at a version of bronze committed for it (its old checkpoint,
+    from before the fused run, is removed)."""
     if not _bookkept(ctx, config):
         return  # no fused mode without the files (see take_over_from_staged)
     mode = last_mode(ctx, config)
     if mode == FUSED:
-        ctx.progress(f"[{config.name}.{POSITION_STAGE}] taking over from pipeline.mode=fused: the fused query "
-                     "finishes what Kafka holds first")
+        ctx.progress(f"[{config.name}.{first_stage}] taking over from pipeline.mode=fused: the fused query "
+                     f"finishes what {source} holds first")
         run_to_end(ctx, config, fused)
         start = ctx.store.commit_note(TableRef(BRONZE, config.name),
                                       "pipeline.mode fused -> staged: convert starts at this version")
@@ -127,15 +142,15 @@ def hand_back_to_staged(ctx: PipelineContext, config: ConnectorConfig, fused: St
         _record_mode(ctx, config, STAGED)
 
 
-def convert_start(ctx: PipelineContext, config: ConnectorConfig) -> int | None:
+def convert_start(ctx: PipelineContext, config: ConnectorConfig, first_stage: str = POSITION_STAGE) -> int | None:
     """The bronze version a staged ``convert`` without a checkpoint starts at after a hand-back
     from the fused mode, else None (its checkpoint decides, or a new connector reads bronze from
     its start). Raises :class:`HandOverPendingError` while the fused mode still owns the position."""
     if not _bookkept(ctx, config):
         return None
     if last_mode(ctx, config) == FUSED:
-        raise HandOverPendingError(f"{config.name}: pipeline.mode=staged: waiting for the ingest stage to take "
-                                   "over from pipeline.mode=fused")
+        raise HandOverPendingError(f"{config.name}: pipeline.mode=staged: waiting for the {first_stage} stage to "
+                                   "take over from pipeline.mode=fused")
     start_file = _convert_start_file(ctx, config)
     if checkpoints.exists(ctx.store.checkpoint(config.name, "convert")):
         start_file.unlink(missing_ok=True)  # the checkpoint has its own position since

@@ -105,11 +105,13 @@ def dead_letter_rows(config: ConnectorConfig, indexed: DataFrame, rejected: Sequ
 
 
 def apply_tolerance(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, shape: ProduceDeadLetters,
-                    outcome: ProduceOutcome, indexed: Callable[[], DataFrame], batch_id: int) -> int:
+                    outcome: ProduceOutcome, indexed: Callable[[], DataFrame], batch_id: int,
+                    app_id: str | None = None) -> int:
     """Deal with a batch's refused records: stop (the batch was not committed, under
     ``errors.tolerance=none``) or dead-letter them (``all``, or a replayed batch that had
     committed with them). ``indexed()`` gives the batch's rows with :data:`ROW_INDEX`, read only
-    when there is something to do. Returns the records dead-lettered."""
+    when there is something to do. Returns the records dead-lettered. ``app_id``: what names the
+    dead-letter appends when the batch is not the produce stage's (the fused source's)."""
     if not outcome.rejected:
         return 0
     rows = dead_letter_rows(config, indexed(), outcome.rejected, shape)
@@ -125,7 +127,7 @@ def apply_tolerance(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef
         copy_to_dlq_topic(ctx, config, rows)
         ctx.store.ensure(dlq, shape.schema)
         ctx.store.append_batch(dlq, rows.select(*shape.schema.fieldNames()),
-                               ctx.batch_app_id(config, "produce", "-dlq"), batch_id)
+                               app_id or ctx.batch_app_id(config, "produce", "-dlq"), batch_id)
     finally:
         rows.unpersist()
     return len(outcome.rejected)

@@ -273,11 +273,13 @@ class StreamingPuller:
                                         f"{one_line(exc)}") from exc
 
     def collect(self, max_messages: int, timeout: float,
-                idle_timeout: float | None = None) -> list[PulledMessage]:
+                idle_timeout: float | None = None, linger: float | None = None) -> list[PulledMessage]:
         """Up to ``max_messages`` messages received within ``timeout`` seconds, unacked.
 
         With ``idle_timeout``, return earlier once at least one message arrived and no new one
-        came for that long (useful to drain a backlog in ``--once`` mode). Nothing, at once, while
+        came for that long (useful to drain a backlog in ``--once`` mode). With ``linger``, return
+        at most that long after the first message arrived (a low-latency caller: what came while
+        it wrote the last batch is handed out at once, with what follows for ``linger``). Nothing, at once, while
         the messages handed out and not acked fill the flow-control limits: on the emulator the
         client holds more than that, and the limits are this method's to keep.
         """
@@ -302,6 +304,8 @@ class StreamingPuller:
                     break
                 continue
             last_at = time.monotonic()
+            if not out and linger is not None:
+                deadline = min(deadline, last_at + linger)
             with self._lock:
                 self._held[message.ack_id] = (message, last_at)
                 self._held_bytes += message.size

@@ -1,0 +1,177 @@
+"""Cloud Pub/Sub source with ``pipeline.mode=fused``, end to end: Google's Pub/Sub emulator → one
+loop that lands each pulled window in bronze while it converts and produces it → a real Apache
+Kafka broker, read back with a ``read_committed`` consumer.
+
+The records must be exactly the staged mode's (the same data model); what differs is what is
+written (bronze and dead letters, no outbox), how a redelivery is kept out of Kafka (the journal
+of produced ids, not an outbox look-up) and how a connector moves between the modes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from e2e.harness import context, run_once, source_config
+from integration.kafka_helpers import consume_all, create_topic
+from integration.pubsub_helpers import create_topic_and_subscription, publish, pull_distinct
+from pubsub_connect.io.tables import TableRef
+from pubsub_connect.pipelines import cps_pull, cps_source
+from pubsub_connect.pipelines.context import ConnectorError
+from pubsub_connect.pipelines.runner.supervisor import run_stages
+from pubsub_connect.pipelines.runtime import stages_for
+
+pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
+
+FUSED = {"pipeline.mode": "fused"}
+JSON = "org.apache.kafka.connect.json.JsonConverter"
+
+
+def seqs_in_kafka(bootstrap: str, topic: str) -> list[int]:
+    return sorted(int(dict(r.headers)["seq"]) for r in consume_all(bootstrap, topic))
+
+
+def bronze_ids(ctx, name: str) -> list[str]:
+    return sorted(r.message_id for r in ctx.store.read(TableRef("bronze", name)).select("message_id").collect())
+
+
+@pytest.mark.compat
+def test_one_loop_produces_the_staged_modes_records(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                    unique_name: str) -> None:
+    """The staged test's data model examples in one fused run: the same keys, values, timestamps
+    and round-robin partitions; progress from the fused loop alone; bronze, no outbox."""
+    create_topic(kafka_bootstrap, unique_name, partitions=3)
+    _, subscription = create_topic_and_subscription(unique_name)
+    messages = [b"the", b"quick", b"brown", b"fox", (b"jumped-data", {"fox": "jumped"}, None),
+                (b"over-data", {"over": "1234567890"}, None)]
+    ids = [publish(unique_name, [m])[0] for m in messages]  # one at a time: publish order is list order
+    connector = source_config(unique_name, subscription, unique_name, **FUSED, **{
+        "kafka.key.attribute": "fox", "kafka.timestamp.attribute": "over", "kafka.partition.count": "3",
+        "kafka.partition.scheme": "round_robin", "kafka.record.headers": "true"})
+    lines: list[str] = []
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
+
+    records = {r.value: r for r in consume_all(kafka_bootstrap, unique_name)}
+    assert sorted(records) == [b"brown", b"fox", b"jumped-data", b"over-data", b"quick", b"the"]
+    assert [records[v].partition for v in (b"the", b"quick", b"brown", b"fox")] == [0, 1, 2, 0]
+    assert all(records[v].key is None and not records[v].headers for v in (b"the", b"quick", b"brown", b"fox"))
+    assert records[b"jumped-data"].key == b"jumped"
+    assert records[b"over-data"].timestamp_ms == 1234567890
+    assert (records[b"jumped-data"].partition, records[b"over-data"].partition) == (1, 2)  # counter continues
+    assert bronze_ids(ctx, unique_name) == sorted(ids)
+    assert not ctx.store.exists(TableRef("outbox", unique_name))
+    own = [line.split(" rate=")[0] for line in lines if line.startswith(f"[{unique_name}.") and "] batch=" in line]
+    assert own and all(line.startswith(f"[{unique_name}.fused] batch=") for line in own), lines
+    assert sum(int(line.rsplit("records=", 1)[1].split()[0]) for line in own) == 6, lines
+
+
+@pytest.mark.compat
+def test_tolerance_none_produces_nothing_of_the_window_then_all_dead_letters(
+        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    """Under ``errors.tolerance=none`` the fused loop stops with the staged convert's line before
+    anything of the window reaches Kafka (the messages stay unacked); with ``all`` the same
+    messages then reach Kafka once and the bad ones ``dlq/<name>``."""
+    create_topic(kafka_bootstrap, unique_name)
+    _, subscription = create_topic_and_subscription(unique_name)
+    ids = [publish(unique_name, [m])[0] for m in [(b"one", {"a": "1"}, None), (b"bad-1", {"message": "clash"}, None),
+                                                  (b"two", {"a": "2"}, None), (b"bad-2", {"message": "clash"}, None)]]
+    strict = source_config(unique_name, subscription, unique_name, **FUSED, **{"value.converter": JSON})
+    with pytest.raises(ConnectorError) as err:
+        run_once(spark, kafka_bootstrap, tmp_path, strict)
+    message = str(err.value)
+    assert message.startswith(f"{unique_name} fused: record message_id {min(ids[1], ids[3])} cannot be converted: "
+                              "DuplicateFieldError: "), message
+    assert "errors.tolerance=none" in message and "\n" not in message
+    assert consume_all(kafka_bootstrap, unique_name) == []
+    assert context(spark, kafka_bootstrap, tmp_path).store.count(TableRef("dlq", unique_name)) == 0
+
+    tolerant = source_config(unique_name, subscription, unique_name, **FUSED, **{"value.converter": JSON,
+                                                                                 "errors.tolerance": "all"})
+    # the unacked messages come back once their lease runs out; run until all four were handled
+    pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_pull.LEASE_S + 60, hand_back=True)
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, tolerant)
+    payloads = sorted(json.loads(r.value)["payload"]["a"] for r in consume_all(kafka_bootstrap, unique_name))
+    assert payloads == ["1", "2"]
+    dead = ctx.store.read(TableRef("dlq", unique_name)).select("stage", "message_id", "value").collect()
+    assert sorted((r.stage, r.message_id, r.value) for r in dead) == sorted(
+        [("convert", ids[1], b"bad-1"), ("convert", ids[3], b"bad-2")])
+
+
+def test_a_redelivery_after_the_transaction_is_not_produced_again(
+        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process dies after a window's Kafka transaction committed, before its ack: Pub/Sub
+    delivers the messages again, and the restarted loop — knowing from the marker topic that the
+    window committed — lands them in bronze again but produces none of them twice."""
+    create_topic(kafka_bootstrap, unique_name)
+    _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=10)
+    total = 40
+    ids = publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None) for i in range(total)])
+    connector = source_config(unique_name, subscription, unique_name, **FUSED, **{"kafka.record.headers": "true"})
+
+    class Crash(RuntimeError):
+        pass
+
+    def crash_before_ack(self, messages) -> None:
+        raise Crash("process died after the Kafka transaction, before the ack")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(cps_pull.Puller, "_ack", crash_before_ack)
+        with pytest.raises(ConnectorError, match="before the ack"):
+            run_once(spark, kafka_bootstrap, tmp_path, connector)
+    assert seqs_in_kafka(kafka_bootstrap, unique_name) == list(range(total))
+    pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_pull.LEASE_S + 60, hand_back=True)
+    ctx = None
+    for _ in range(5):
+        ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
+        if len(bronze_ids(ctx, unique_name)) >= 2 * total:
+            break
+    assert seqs_in_kafka(kafka_bootstrap, unique_name) == list(range(total))  # each message once
+    assert bronze_ids(ctx, unique_name) == sorted(ids * 2)  # its delivery and its redelivery
+
+
+def test_switching_modes_keeps_every_message_once(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                  unique_name: str) -> None:
+    """staged (pull only: bronze holds what convert and produce have not seen) → fused (they
+    finish bronze first, then the loop takes over) → staged (the loop drains the subscription,
+    convert starts at a version of bronze committed for it): each message in Kafka exactly once,
+    with round-robin partitions that keep turning across the switches."""
+    create_topic(kafka_bootstrap, unique_name, partitions=4)
+    _, subscription = create_topic_and_subscription(unique_name)
+    staged = source_config(unique_name, subscription, unique_name, **{
+        "kafka.record.headers": "true", "kafka.partition.count": "4", "kafka.partition.scheme": "round_robin"})
+    fused = source_config(unique_name, subscription, unique_name, **FUSED, **{
+        "kafka.record.headers": "true", "kafka.partition.count": "4", "kafka.partition.scheme": "round_robin"})
+    lines: list[str] = []
+
+    def send(first: int, count: int) -> None:
+        for i in range(first, first + count):  # one at a time: publish order is sequence order
+            publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None)])
+
+    send(0, 10)
+    ctx = context(spark, kafka_bootstrap, tmp_path, lines)
+    run_stages(ctx, staged, [stage for stage in stages_for(staged.kind) if stage.name == "pull"])
+    assert consume_all(kafka_bootstrap, unique_name) == []
+    send(10, 10)
+    run_once(spark, kafka_bootstrap, tmp_path, fused, lines)
+    assert seqs_in_kafka(kafka_bootstrap, unique_name) == list(range(20))
+    send(20, 10)
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, staged, lines)
+    send(30, 10)
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, staged, lines)
+
+    records = consume_all(kafka_bootstrap, unique_name)
+    assert sorted(int(dict(r.headers)["seq"]) for r in records) == list(range(40))
+    by_seq = {int(dict(r.headers)["seq"]): r.partition for r in records}
+    # the fused mode went on from the staged outbox's count; the staged convert, back, goes on
+    # from its outbox's count again (what the fused mode produced is not in it)
+    assert [by_seq[i] for i in range(30)] == [i % 4 for i in range(30)]
+    assert [(by_seq[30 + i] - by_seq[30]) % 4 for i in range(10)] == [i % 4 for i in range(10)]
+    assert len(bronze_ids(ctx, unique_name)) == 40
+    assert f"[{unique_name}.fused] taking over from pipeline.mode=staged: convert and produce finish what bronze " \
+           "holds first" in lines
+    assert f"[{unique_name}.pull] taking over from pipeline.mode=fused: the fused query finishes what the " \
+           "subscription holds first" in lines
+    assert json.loads((tmp_path / "checkpoints" / unique_name / "mode.json").read_text()) == {"mode": "staged"}
+    assert cps_source.FUSED_STAGES[0].takes_over == ("pull", "convert", "produce")
