@@ -16,7 +16,9 @@ saw it (its restart line): the outage is timed by the connector's own state, not
   from its checkpoint with backoff, then delivers the rest without manual action. Every id
   arrives; only ids of the batch in flight at the cut may arrive twice (at least once). When the
   emulator is then gone for good, the connector stops after ``pipeline.restart.timeout.ms`` with
-  one line that names the error and the setting.
+  one line that names the error and the setting. The same for a connector in
+  ``pipeline.mode=fused``, whose one query publishes what it reads: only the records of the batch
+  in flight at the cut may arrive twice, and it stops with the same line.
 """
 
 from __future__ import annotations
@@ -221,8 +223,11 @@ def drain_subscription(endpoint: str, subscription: str, monkeypatch: pytest.Mon
             got.extend(r.message for r in response.received_messages)
 
 
+@pytest.mark.parametrize("mode", ["staged", "fused"])
 def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up_after_restart_timeout(
-        kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    # the fused query publishes each batch it reads (on the ingest checkpoint) itself
+    stage, batches = ("publish", "publish") if mode == "staged" else ("fused", "ingest")
     forwarder = Forwarder()
     emulators: list[RunningService] = []
 
@@ -243,24 +248,24 @@ def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up
     connector = Connector(tmp_path, unique_name,
                           [f"bootstrap.servers={kafka_bootstrap}", f"pipeline.max.records.per.batch={PER_BATCH}",
                            "pipeline.restart.timeout.ms=40000", "pipeline.restart.backoff.max.ms=4000"],
-                          ["maxRequestTimeoutMs=2000", "maxTotalTimeoutMs=6000"],
+                          ["maxRequestTimeoutMs=2000", "maxTotalTimeoutMs=6000", f"pipeline.mode={mode}"],
                           {"PUBSUB_EMULATOR_HOST": forwarder.address})
     try:
-        # publish has a batch in flight, ingest and convert have more to come: cut the emulator
-        # off, take what it received, kill it, and let the connector find a new one
-        in_flight = connector.await_batch_in_flight("publish", committed=1)
+        # a batch is being published and more are to come: cut the emulator off, take what it
+        # received, kill it, and let the connector find a new one
+        in_flight = connector.await_batch_in_flight(batches, committed=1)
         forwarder.route_to(None)
         # the batch may have ended between the two calls: then the next one was in flight
-        at_cut = pending_batch(connector.checkpoint("publish"))
+        at_cut = pending_batch(connector.checkpoint(batches))
         before = drain_subscription(first.endpoint, subscription, monkeypatch)
         os.kill(first.pid, signal.SIGKILL)
-        seen = connector.restart_line("publish")
+        seen = connector.restart_line(stage)
 
         start_emulator()
         after = pull_distinct(f"projects/{PROJECT}/subscriptions/{subscription}",
                               set(range(BACKLOG)) - {seq_of_message(m) for m in before}, seq_of_message,
                               timeout=300)
-        connector.wait_for(rf"^\[{unique_name}\.publish\] recovered after ", timeout_s=60)
+        connector.wait_for(rf"^\[{unique_name}\.{stage}\] recovered after ", timeout_s=60)
         connector.assert_running()
 
         # gone for good: the connector stops on its own after pipeline.restart.timeout.ms
@@ -274,20 +279,25 @@ def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up
         for emulator in emulators:
             stop_pid(emulator.pid)
 
-    print(f"publish batch {in_flight} in flight when the emulator was cut off ({len(before)} message(s) had "
+    print(f"{stage} batch {in_flight} in flight when the emulator was cut off ({len(before)} message(s) had "
           f"reached it); the connector said: {seen}")
     # only a batch that was being published when the emulator was cut off can reach both emulators
-    outbox = connector.root / "outbox" / unique_name
     may_repeat: set[object] = set()
-    for batch in {in_flight, at_cut} - {None}:
-        rows = batch_rows(outbox, connector.checkpoint("publish"), batch)
-        may_repeat.update(seq_of(data) for data in (rows.column("data").to_pylist() if rows.num_rows else []))
+    if mode == "staged":
+        outbox = connector.root / "outbox" / unique_name
+        for batch in {in_flight, at_cut} - {None}:
+            rows = batch_rows(outbox, connector.checkpoint("publish"), batch)
+            may_repeat.update(seq_of(data) for data in (rows.column("data").to_pylist() if rows.num_rows else []))
+    else:
+        topic = topic_coordinates(consume_all(kafka_bootstrap, unique_name))
+        for batch in {in_flight, at_cut} - {None}:
+            may_repeat.update(seq_of(v) for v in kafka_batch_records(connector.checkpoint("ingest"), batch, topic))
     at_least_once(Counter(map(seq_of_message, before + after)), range(BACKLOG), may_repeat, "Pub/Sub")
     assert connector.proc.returncode == EXIT_USER_ERROR
     last = connector.output().strip().splitlines()[-1]
     # the ten records may reach the stage in more than one micro-batch (ingest reads what each
     # partition holds when it plans a batch), so the failing batch holds all or some of them
-    failed = re.match(rf"error: {unique_name} publish: PublishError: publish to projects/{PROJECT}/topics/"
+    failed = re.match(rf"error: {unique_name} {stage}: PublishError: publish to projects/{PROJECT}/topics/"
                       rf"{unique_name} failed: (\d+) of (\d+) message\(s\) not published; first error: ", last)
     assert failed is not None, last
     assert failed[1] == failed[2] and 1 <= int(failed[1]) <= 10, last
