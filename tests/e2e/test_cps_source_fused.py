@@ -18,7 +18,7 @@ from e2e.harness import context, run_once, source_config
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import create_subscription, create_topic_and_subscription, publish, pull_distinct
 from pubsub_connect.io.tables import TableRef
-from pubsub_connect.pipelines import cps_pull, cps_source
+from pubsub_connect.pipelines import cps_pull, cps_source, fused_source
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.runner.supervisor import run_stages
 from pubsub_connect.pipelines.runtime import stages_for
@@ -99,36 +99,48 @@ def test_tolerance_none_produces_nothing_of_the_window_then_all_dead_letters(
         [("convert", ids[1], b"bad-1"), ("convert", ids[3], b"bad-2")])
 
 
+@pytest.mark.parametrize("crash_at", ["ack", "dead_letters"])
 def test_a_redelivery_after_the_transaction_is_not_produced_again(
-        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The process dies after a window's Kafka transaction committed, before its ack: Pub/Sub
-    delivers the messages again, and the restarted loop — knowing from the marker topic that the
-    window committed — lands them in bronze again but produces none of them twice."""
+        spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str, monkeypatch: pytest.MonkeyPatch,
+        crash_at: str) -> None:
+    """The process dies after a window's Kafka transaction committed: before its ack, or before
+    its dead letters were written. Pub/Sub delivers the messages again, and the restarted loop —
+    knowing from the marker topic that the window committed — lands them in bronze again but
+    produces none of them twice, and the message that cannot be converted reaches ``dlq/<name>``
+    (in the second case it is converted again to find it)."""
     create_topic(kafka_bootstrap, unique_name)
     _, subscription = create_topic_and_subscription(unique_name, ack_deadline_seconds=10)
-    total = 40
-    ids = publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None) for i in range(total)])
-    connector = source_config(unique_name, subscription, unique_name, **FUSED, **{"kafka.record.headers": "true"})
+    total = 30
+    ids = publish(unique_name, [(f"m{i}".encode(), {"seq": str(i)}, None) for i in range(total)]
+                  + [(b"bad", {"message": "clash"}, None)])
+    connector = source_config(unique_name, subscription, unique_name, **FUSED, **{
+        "value.converter": JSON, "errors.tolerance": "all"})
+
+    def seqs() -> list[int]:
+        return sorted(int(json.loads(r.value)["payload"]["seq"]) for r in consume_all(kafka_bootstrap, unique_name))
 
     class Crash(RuntimeError):
         pass
 
-    def crash_before_ack(self, messages) -> None:
-        raise Crash("process died after the Kafka transaction, before the ack")
+    def crash(self, *_args) -> None:
+        raise Crash("process died after the Kafka transaction")
 
     with monkeypatch.context() as patch:
-        patch.setattr(cps_pull.Puller, "_ack", crash_before_ack)
-        with pytest.raises(ConnectorError, match="before the ack"):
+        patch.setattr(cps_pull.Puller if crash_at == "ack" else fused_source.FusedPuller,
+                      "_ack" if crash_at == "ack" else "_dead_letter", crash)
+        with pytest.raises(ConnectorError, match="after the Kafka transaction"):
             run_once(spark, kafka_bootstrap, tmp_path, connector)
-    assert seqs_in_kafka(kafka_bootstrap, unique_name) == list(range(total))
+    assert seqs() == list(range(total))
     pull_distinct(subscription, set(ids), lambda m: m.message_id, timeout=cps_pull.LEASE_S + 60, hand_back=True)
     ctx = None
     for _ in range(5):
         ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
-        if len(bronze_ids(ctx, unique_name)) >= 2 * total:
+        if len(bronze_ids(ctx, unique_name)) >= 2 * len(ids):
             break
-    assert seqs_in_kafka(kafka_bootstrap, unique_name) == list(range(total))  # each message once
+    assert seqs() == list(range(total))  # each message once
     assert bronze_ids(ctx, unique_name) == sorted(ids * 2)  # its delivery and its redelivery
+    dead = ctx.store.read(TableRef("dlq", unique_name)).select("message_id", "value").collect()
+    assert {(r.message_id, r.value) for r in dead} == {(ids[-1], b"bad")}
 
 
 def test_switching_modes_keeps_every_message_once(spark, kafka_bootstrap: str, tmp_path: Path,

@@ -116,3 +116,15 @@ def test_the_observed_counts_come_from_the_write_without_a_job_of_their_own(spar
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
     assert jobs > 0 and observed == jobs and counted > observed
     assert store.count(TableRef(OUTBOX, "folded")) == 135
+
+
+def test_the_observed_counts_of_an_action_whose_rows_were_all_filtered_out_before_a_shuffle(spark) -> None:
+    """A fused source's window of rechecked messages only: every row is filtered out after the
+    observed frame and before the shuffle of the produce. The counts still come (by a job)."""
+    converted = _converted(spark, set())
+    counts = ObservedCounts(converted, second=F.col("partition") == 1)
+    rechecked = [row.offset for row in converted.select("offset").collect()]
+    nothing = (counts.observed.filter(~F.col("offset").isin(rechecked)).select("offset").repartition(1)
+               .sortWithinPartitions("offset").mapInArrow(lambda batches: batches, "offset long"))
+    assert nothing.collect() == []
+    assert counts.values() == {"second": 50}

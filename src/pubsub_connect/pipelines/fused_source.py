@@ -10,11 +10,12 @@ Here a window costs the longer of its bronze append and its produce, not their s
   keeps what was received, redeliveries included, as in the staged mode), on a Spark-aware thread
   beside the caller's;
 - the window's fresh messages (not produced before: :mod:`.produced_ids`) are converted by the
-  convert stage's expressions; those that cannot be converted are dead-lettered first (under
-  ``errors.tolerance=none`` the connector stops with the staged convert's line before anything
-  of the window is produced); the rest are produced by an executor task in one Kafka transaction
-  with its marker (the produce stage's writer: exactly once for ``read_committed`` consumers),
-  records Kafka refuses handled as there;
+  convert stage's expressions and produced by an executor task in one Kafka transaction with its
+  marker (the produce stage's writer: exactly once for ``read_committed`` consumers), in one
+  Spark job that also counts the records that cannot be converted; those are dead-lettered
+  after the transaction, before the window counts as done (under ``errors.tolerance=none`` the
+  job fails at such a record before anything of the window is produced, and the connector
+  stops with the staged convert's line); records Kafka refuses are handled as there;
 - the window is acked only after both. A crash before means redelivery: bronze may hold the
   messages twice (as after a staged pull's crash), Kafka holds them once, because the journal
   knows whether the window's transaction committed.
@@ -44,13 +45,14 @@ from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.schemas import PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
 from pubsub_connect.pipelines.cps_pull import Puller, PullLoop, check_settings, ensure_bronze
-from pubsub_connect.pipelines.dead_letters import dead_letter
+from pubsub_connect.pipelines.dead_letters import dead_letter, stop_at_unconvertible
 from pubsub_connect.pipelines.fused_sink import Beside
 from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, producer_config
 from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
+from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
-from pubsub_connect.pipelines.produced_ids import REMEMBERED_IDS, ProducedIds
+from pubsub_connect.pipelines.produced_ids import REMEMBERED_IDS, ProducedIds, Window
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ class FusedPuller(Puller):
         self.conversion = conversion
         self.linger_s = linger(ctx)
         self.dlq = TableRef(DLQ, config.name)
+        self.stops = config.get("errors.tolerance") == "none"
         self._failed = F.col("error_class").isNotNull()
 
     def write(self, table: pa.Table) -> None:
@@ -116,27 +119,47 @@ class FusedPuller(Puller):
             return  # redeliveries of produced messages only: bronze and the ack are all they need
         window = self.journal.begin(message_id for message_id, new in zip(ids, fresh, strict=True) if new)
         rows = self.ctx.spark.createDataFrame(table if all(fresh) else table.filter(pa.array(fresh)), PUBSUB_BRONZE)
-        # cached: the dead letters are looked for before anything is produced, then the good
-        # rows are produced, and the window is converted once
-        converted = self.conversion.apply(rows, window.counter).persist()
+        converted = self.conversion.apply(rows, window.counter)
+        keep = F.lit(True)
+        rechecked = self.journal.recheck.intersection(window.message_ids)
+        if rechecked:  # produced before a crash: only their dead letters may be missing
+            keep = ~F.col("message_id").isin(sorted(rechecked))
+        # One job converts, counts the records that cannot be converted and produces the others;
+        # under errors.tolerance=none it fails at such a record before any is produced (the
+        # writer's task runs after a shuffle, once every record is converted).
+        observed = ObservedCounts(converted, failed=self._failed)
+        good = (stop_at_unconvertible(observed.observed, keep) if self.stops
+                else observed.observed.filter(~self._failed & keep)).select(*self.producing.columns)
         try:
-            failed = converted.filter(self._failed).count()
-            if failed:
-                dead_letter(self.ctx, self.config, self.dlq, self.producing.dead_letters(converted),
-                            window.batch_id, failed, stage=FUSED, app_id=self.journal.app_id("-dlq"))
-            good = converted.filter(~self._failed).select(*self.producing.columns)
-            try:
-                outcome = produce_batch(self.ctx, self.config, good, window.batch_id, self.producing.order,
-                                        identity=(transactional_id(self.config), self.journal.sequence))
-            except Exception as exc:
-                raise ConnectorError(f"produce of window {window.batch_id} to {self.config.get('kafka.topic')} "
-                                     f"failed: {error_line(exc)}") from exc
-            apply_tolerance(self.ctx, self.config, self.dlq, self.producing.rejects, outcome,
-                            lambda: indexed_rows(good, self.producing.order), window.batch_id,
-                            app_id=self.journal.app_id("-produce-dlq"))
-        finally:
-            converted.unpersist()
+            outcome = produce_batch(self.ctx, self.config, good, window.batch_id, self.producing.order,
+                                    identity=(transactional_id(self.config), self.journal.sequence))
+        except Exception as exc:
+            if self.stops:  # a record that cannot be converted: the staged convert's one line names it
+                self._dead_letter(converted, window)
+            raise ConnectorError(f"produce of window {window.batch_id} to {self.config.get('kafka.topic')} "
+                                 f"failed: {error_line(exc)}") from exc
+        failed = observed.values()["failed"]
+        if failed:  # errors.tolerance=all: written before the window counts as done
+            self._dead_letter(converted, window, failed)
+        apply_tolerance(self.ctx, self.config, self.dlq, self.producing.rejects, outcome,
+                        lambda: indexed_rows(converted.filter(~self._failed & keep).select(*self.producing.columns),
+                                             self.producing.order),
+                        window.batch_id, app_id=self.journal.app_id("-produce-dlq"))
         self.journal.committed(window, max(outcome.written, 0) + len(outcome.rejected))
+
+    def _dead_letter(self, converted: DataFrame, window: Window, count: int | None = None) -> None:
+        """The window's records that could not be converted: ``dlq/<name>``, or the stop line
+        under ``errors.tolerance=none``. ``count`` None: counted here, and a failure to count
+        leaves the caller's own error to be reported."""
+        bad = self.producing.dead_letters(converted)
+        if count is None:
+            try:
+                count = bad.count()
+            except Exception:
+                return
+        if count:
+            dead_letter(self.ctx, self.config, self.dlq, bad, window.batch_id, count, stage=FUSED,
+                        app_id=self.journal.app_id("-dlq"))
 
 
 def _carry_over(ctx: PipelineContext, config: ConnectorConfig, journal: ProducedIds) -> None:

@@ -46,7 +46,14 @@ class ObservedCounts:
         java = getattr(self._observation, "_jo", None)
         if java is None or not self._metrics_arrived(java.future()):
             return None
-        return {name: int(value) for name, value in self._observation.get.items()}
+        try:
+            metrics = self._observation.get
+        except Exception:  # Py4JJavaError: an empty row came (see below)
+            return None
+        # Seen when the action's rows after the observed frame were all filtered out before a
+        # shuffle (a fused source's window of rechecked messages only): the metrics then came as
+        # an empty row, which PySpark cannot read; the job below counts instead.
+        return {name: int(value) for name, value in metrics.items()} if metrics else None
 
     def _metrics_arrived(self, future: Any) -> bool:
         """Whether the observation's metrics are in, waiting up to :data:`METRICS_WAIT_MS` for them:

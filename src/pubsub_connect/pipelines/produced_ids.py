@@ -13,6 +13,10 @@ On start, the Kafka marker topic says which batch committed last (the transactio
 the journal's sequence and the batch number, :mod:`pubsub_connect.io.kafka.transactions`): the
 files up to it fill the memory again; a file after it is a window whose transaction never
 committed (its messages were never acked, so Pub/Sub delivers them again) and is marked aborted.
+A window that committed but whose file was not completed (the process died between the
+transaction and the window's dead letters) has its ids *rechecked*: when they come again they are
+converted again, those that convert are not produced again and those that do not are
+dead-lettered (perhaps a second time: a dead letter may repeat, none is lost).
 Batch numbers are never used twice: the marker and the dead-letter appends are once per number,
 so a number reused after an aborted window would skip its writes as done.
 
@@ -60,6 +64,8 @@ class ProducedIds:
         self._order: deque[str] = deque()
         self._ids: set[str] = set()
         self._files: deque[tuple[int, int]] = deque()  # (batch, ids) of the kept files, oldest first
+        #: Ids of a committed window whose file was not completed (see the module's docstring).
+        self.recheck: set[str] = set()
         self._kept = 0
         self.next_batch = 0
         self.counter = 0
@@ -104,9 +110,12 @@ class ProducedIds:
                 else:
                     self._path(batch_id).unlink(missing_ok=True)
                 continue
-            self._remember(entry["message_ids"])
-            self._files.append((batch_id, len(entry["message_ids"])))
-            self._kept += len(entry["message_ids"])
+            if "rows" in entry:
+                self._remember(entry["message_ids"])
+                self._files.append((batch_id, len(entry["message_ids"])))
+                self._kept += len(entry["message_ids"])
+            else:
+                self.recheck.update(entry["message_ids"])
             # a window whose file was not completed advances the counter by every fresh id (an
             # upper bound: only the round-robin spread depends on it)
             self.counter = int(entry["counter"]) + int(entry.get("rows", len(entry["message_ids"])))
@@ -136,6 +145,7 @@ class ProducedIds:
                                                              "message_ids": list(window.message_ids)})
         self.counter = window.counter + rows
         self._remember(window.message_ids)
+        self.recheck.difference_update(window.message_ids)
         self._files.append((window.batch_id, len(window.message_ids)))
         self._kept += len(window.message_ids)
         while len(self._files) > 1 and self._kept - self._files[0][1] >= self._remembered:
