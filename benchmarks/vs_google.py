@@ -23,10 +23,12 @@ stages one after the other (``--once``) in a Spark session already up.
   from the first stage's start to the end of the publish stage, which ends once every publish
   is acknowledged.
 - **source** (Pub/Sub → Kafka): M messages (``--source-records``) published once to a topic
-  with two subscriptions; Google's ``CloudPubSubSourceConnector`` writes one to Kafka topic A,
-  ours the other to topic B, same keys on both (streaming pull, ``kafka.partition.count``, converters). Google's run is
-  timed from creating the connector until topic A's end offsets add up to M; ours from the first
-  stage's start to the end of the produce stage.
+  with three subscriptions; Google's ``CloudPubSubSourceConnector`` writes one to Kafka topic A,
+  ours the others to topics of their own, same keys on all (streaming pull, ``kafka.partition.count``,
+  converters). Ours runs in both modes, ``pipeline.mode=staged`` (pull, convert, produce) and
+  ``pipeline.mode=fused`` (one stage), each on its own subscription and Kafka topic. Google's run
+  is timed from creating the connector until topic A's end offsets add up to M; ours from the first
+  stage's start to the end of the last (produce, or the fused stage).
 
 - **sink latency** (``--measure latency``): each side runs continuously while a producer sends
   ``--rate`` records a second for ``--seconds`` into a Kafka topic of its own, each stamped with its
@@ -123,6 +125,9 @@ STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 POLL_S = 0.1
 #: How long one side may take before the run is declared failed.
 RUN_TIMEOUT_S = 1800.0
+#: Our sides of a throughput comparison: result key → (``pipeline.mode``, label in the table).
+#: The sink runs staged only; the source both ways.
+OURS_SIDES = {"ours": ("staged", "ours"), "ours_fused": ("fused", "ours (pipeline.mode=fused)")}
 
 
 def seq_of(value: bytes) -> int:
@@ -349,32 +354,42 @@ class Bench:
         return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
 
     def source(self) -> dict[str, Any]:
+        """Google's source, then ours staged and ours fused, each on a subscription of the same
+        topic (so each gets the same M messages) and into a Kafka topic of its own."""
         args, n = self.args, self.args.source_records
+        sides = ("google", *OURS_SIDES)
+        # names: source-google, source-ours, source-ours-fused (subscriptions and Kafka topics)
+        names = {side: f"source-{side.replace('_', '-')}" for side in sides}
         topic = self.publisher.topic_path(PROJECT, "source")
         self.publisher.create_topic(request={"name": topic})
-        subscriptions = {side: self.create_subscription(topic, f"source-{side}") for side in ("google", "ours")}
+        subscriptions = {side: self.create_subscription(topic, names[side]).rsplit("/", 1)[1] for side in sides}
         futures = [self.publisher.publish(topic, payload(args.size, seq)) for seq in range(n)]
         for future in futures:
             future.result(300)
-        for kafka_topic in ("source-google", "source-ours"):
-            create_kafka_topic(self.bootstrap, kafka_topic, PARTITIONS)
+        for side in sides:
+            create_kafka_topic(self.bootstrap, names[side], PARTITIONS)
         settings = source_settings(args)
 
-        end_offsets = end_offsets_total(self.bootstrap, "source-google")
-        google = self.google_run("google-source", SOURCE_CONNECTOR_CLASS,
-                                 {**settings, "cps.subscription": subscriptions["google"].rsplit("/", 1)[1],
-                                  "kafka.topic": "source-google"},
-                                 lambda: end_offsets() >= n)
-        run = cfg.load_raw({**settings, "name": "ours-source", "connector.class": "cps-source",
-                            "cps.subscription": subscriptions["ours"].rsplit("/", 1)[1],
-                            "kafka.topic": "source-ours", "cps.useEmulator": "true"},
-                           self.worker_settings(min(n, 20_000)))
-        ours = self.ours_run(run, cps_source.STAGES)
-        # Deliveries, not messages: a message whose lease ran out is pulled again (and dropped later).
-        ours["pulled"] = self.context(run).store.row_count(TableRef(BRONZE, "ours-source"))
-        for side, figures in (("google", google), ("ours", ours)):
-            figures["duplicates"] = check_complete(f"source, {side}", kafka_seqs(self.bootstrap, f"source-{side}"), n)
-        return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
+        end_offsets = end_offsets_total(self.bootstrap, names["google"])
+        result: dict[str, Any] = {"records": n, "size": args.size, "settings": settings}
+        result["google"] = self.google_run("google-source", SOURCE_CONNECTOR_CLASS,
+                                           {**settings, "cps.subscription": subscriptions["google"],
+                                            "kafka.topic": names["google"]},
+                                           lambda: end_offsets() >= n)
+        for side, (mode, _label) in OURS_SIDES.items():
+            name = "ours-source" if mode == "staged" else f"ours-source-{mode}"
+            run = cfg.load_raw({**settings, "name": name, "connector.class": "cps-source",
+                                "cps.subscription": subscriptions[side], "kafka.topic": names[side],
+                                "cps.useEmulator": "true", "pipeline.mode": mode},
+                               self.worker_settings(min(n, 20_000)))
+            ours = self.ours_run(run, cps_source.FUSED_STAGES if mode == "fused" else cps_source.STAGES)
+            # Deliveries, not messages: a message whose lease ran out is pulled again (and dropped
+            # later); both modes append every delivery to bronze.
+            ours["pulled"] = self.context(run).store.row_count(TableRef(BRONZE, name))
+            result[side] = ours
+        for side in sides:
+            result[side]["duplicates"] = check_complete(f"source, {side}", kafka_seqs(self.bootstrap, names[side]), n)
+        return result
 
 
 class LatencyRun:
@@ -602,23 +617,41 @@ def latency_rows(direction: str, result: dict[str, Any]) -> list[tuple[str, str]
 
 
 def rows_for(direction: str, result: dict[str, Any]) -> list[tuple[str, str]]:
-    n, google, ours = result["records"], result["google"], result["ours"]
-    google_rate, ours_rate = n / google["seconds"], n / ours["seconds"]
-    result.update({"google_msgs_per_s": google_rate, "ours_msgs_per_s": ours_rate, "ratio": ours_rate / google_rate,
-                   "ratio_per_cpu_s": (n / ours["cpu_s"]) / (n / google["cpu_s"]) if ours["cpu_s"] else 0.0})
-    return [
+    """The table of a throughput comparison: Google's side, then each of ours in ``result``
+    (:data:`OURS_SIDES`). Adds the rates and ratios to ``result``: ``<side>_msgs_per_s``,
+    ``ratio`` / ``ratio_per_cpu_s`` for ``ours`` and ``ratio_<mode>`` / ``ratio_per_cpu_s_<mode>``
+    for the others."""
+    n, google = result["records"], result["google"]
+    google_rate = n / google["seconds"]
+    result["google_msgs_per_s"] = google_rate
+    rows = [
         (f"[{direction}] messages x size", f"{n:,} x {result['size']} B, tasks.max={result['settings']['tasks.max']}"),
         ("  1-min load average at start", f"{result['load_average_before'][0]:.1f}"),
         ("Google's connector", f"{google_rate:,.0f} msg/s ({google['seconds']:,.1f} s, of which created → RUNNING "
                                f"{google['to_running_s']:,.1f} s; {google['duplicates']:,} duplicates)"),
         ("  CPU (Connect JVM)", f"{google['cpu_s']:,.1f} s, {n / google['cpu_s']:,.0f} msg per CPU-s"),
         ("  loopback fronts (this process)", f"{google['fronts_cpu_s']:,.1f} s CPU"),
-        ("ours end-to-end", f"{ours_rate:,.0f} msg/s ({ours['seconds']:,.1f} s; {ours['duplicates']:,} duplicates)"),
-        *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s") for name, secs in ours["stage_seconds"].items()],
-        *([("  deliveries pulled", f"{ours['pulled']:,} for {n:,} messages")] if "pulled" in ours else []),
-        ("  CPU (Spark JVM + workers + driver)", f"{ours['cpu_s']:,.1f} s, {n / ours['cpu_s']:,.0f} msg per CPU-s"),
-        ("ratio ours/Google's", f"{result['ratio']:.2f} (per CPU-second: {result['ratio_per_cpu_s']:.2f})"),
     ]
+    for side, (mode, label) in OURS_SIDES.items():
+        if side not in result:
+            continue
+        ours = result[side]
+        ours_rate = n / ours["seconds"]
+        suffix = "" if side == "ours" else f"_{mode}"
+        per_cpu_s = (n / ours["cpu_s"]) / (n / google["cpu_s"]) if ours["cpu_s"] else 0.0
+        result.update({f"{side}_msgs_per_s": ours_rate, f"ratio{suffix}": ours_rate / google_rate,
+                       f"ratio_per_cpu_s{suffix}": per_cpu_s})
+        rows += [
+            (f"{label} end-to-end",
+             f"{ours_rate:,.0f} msg/s ({ours['seconds']:,.1f} s; {ours['duplicates']:,} duplicates)"),
+            *[(f"  stage {name}", f"{secs:,.1f} s, {n / secs:,.0f} msg/s")
+              for name, secs in ours["stage_seconds"].items()],
+            *([("  deliveries pulled", f"{ours['pulled']:,} for {n:,} messages")] if "pulled" in ours else []),
+            ("  CPU (Spark JVM + workers + driver)", f"{ours['cpu_s']:,.1f} s, {n / ours['cpu_s']:,.0f} msg per CPU-s"),
+            (f"ratio {label}/Google's",
+             f"{result[f'ratio{suffix}']:.2f} (per CPU-second: {result[f'ratio_per_cpu_s{suffix}']:.2f})"),
+        ]
+    return rows
 
 
 def main() -> None:

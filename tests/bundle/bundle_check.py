@@ -73,8 +73,8 @@ BUNDLE_PERMISSION_LEVELS = {"CAN_VIEW", "CAN_RUN", "CAN_MANAGE"}
 PRINCIPAL_KEYS = ("user_name", "group_name", "service_principal_name")
 
 #: Stage names per connector kind, in pipeline order (pipelines/runtime.py).
-#: The stage of a connector run with ``--set pipeline.mode=fused`` (the sinks and the Cloud Pub/Sub source).
-FUSED_STAGES = {"cps_sink": ("fused",), "cps_source": ("fused",), "lite_sink": ("fused",)}
+#: The stage of a connector run with ``--set pipeline.mode=fused`` (every connector but the archive).
+FUSED_STAGES = {kind: ("fused",) for kind in ("cps_sink", "cps_source", "lite_sink", "lite_source")}
 
 STAGES = {
     "cps_sink": ("ingest", "convert", "publish"),

@@ -24,8 +24,8 @@ from pubsub_connect.lakeflow.local import JOB_STAGES
 from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
 
 KINDS = tuple(STAGES)
-#: The connectors that also come as a one-task job in pipeline.mode=fused (the sinks and the Cloud Pub/Sub source).
-FUSED = ("cps_sink", "cps_source", "lite_sink")
+#: The connectors that also come as a one-task job in pipeline.mode=fused (every connector but the archive).
+FUSED = ("cps_sink", "cps_source", "lite_sink", "lite_source")
 
 
 def job_list(kind: str) -> str:

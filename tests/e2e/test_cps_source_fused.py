@@ -67,7 +67,6 @@ def test_one_loop_produces_the_staged_modes_records(spark, kafka_bootstrap: str,
     assert sum(int(line.rsplit("records=", 1)[1].split()[0]) for line in own) == 6, lines
 
 
-@pytest.mark.compat
 def test_tolerance_none_produces_nothing_of_the_window_then_all_dead_letters(
         spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
     """Under ``errors.tolerance=none`` the fused loop stops with the staged convert's line before

@@ -98,10 +98,10 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 #: ``pipeline.mode``: how a connector's work is split into streaming queries.
 PIPELINE_MODES = ("staged", "fused")
 PIPELINE_MODE_DOC = ("staged: three stages per connector (ingest or pull, convert, publish or produce) handing "
-                     "records on through the bronze and outbox tables; fused: one query per sink connector, one "
-                     "loop for the Cloud Pub/Sub source, that lands bronze while it converts and publishes or "
-                     "produces each micro-batch or pulled window (lower latency, no outbox). Connectors without a "
-                     "fused form run staged.")
+                     "records on through the bronze and outbox tables; fused: one query per connector (a pull "
+                     "loop for the Cloud Pub/Sub source) that lands bronze while it converts and publishes or "
+                     "produces each micro-batch or pulled window (lower latency, no outbox). The archive is one "
+                     "query either way.")
 
 
 # Keys every connector has (Kafka Connect's ConnectorConfig / SinkConnectorConfig).

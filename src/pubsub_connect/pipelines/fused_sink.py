@@ -32,7 +32,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 STAGE = FUSED
 
@@ -118,6 +120,23 @@ class Beside:
             raise self._error
 
 
+def side_by_side(landing: Callable[[], object], work: Callable[[], T], shown_as: str) -> T:
+    """Run ``landing`` (a bronze append) on a :class:`Beside` thread while ``work`` runs here;
+    return ``work``'s result once both are done. When ``work`` fails, its error is the one
+    raised (the landing's, if it failed too, is logged: ``shown_as`` names the batch)."""
+    landed = Beside(landing)
+    try:
+        result = work()
+    except BaseException:
+        try:
+            landed.result()
+        except Exception as exc:  # the work's own failure is the one to report
+            log.warning("%s: the bronze append failed too: %s", shown_as, error_line(exc))
+        raise
+    landed.result()
+    return result
+
+
 def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPublishing,
                      drain: Sequence[StageFn]) -> StreamingQuery:
     """Start the fused query of a sink connector; ``drain``: its staged convert and publish, run
@@ -165,25 +184,19 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
         finally:
             batch.unpersist()
 
-    def run_batch(batch: DataFrame, batch_id: int) -> None:
-        landed = Beside(lambda: landing.append(batch, batch_id))
+    def convert_and_publish(batch: DataFrame, batch_id: int) -> None:
+        converted, cached = sink.convert(batch)
+        if cached is not None:
+            cached.persist()
         try:
-            converted, cached = sink.convert(batch)
+            publish(converted, batch_id)
+        finally:
             if cached is not None:
-                cached.persist()
-            try:
-                publish(converted, batch_id)
-            finally:
-                if cached is not None:
-                    cached.unpersist()
-        except BaseException:
-            try:
-                landed.result()
-            except Exception as exc:  # the publish's own failure is the one to report
-                log.warning("%s fused batch %d: the bronze append failed too: %s", config.name, batch_id,
-                            error_line(exc))
-            raise
-        landed.result()
+                cached.unpersist()
+
+    def run_batch(batch: DataFrame, batch_id: int) -> None:
+        side_by_side(lambda: landing.append(batch, batch_id), lambda: convert_and_publish(batch, batch_id),
+                     f"{config.name} fused batch {batch_id}")
         landing.commit_group(batch_id)
 
     return ctx.start_batches(landing.rows, config, STAGE, process, checkpoint_of=INGEST, trigger=fused_trigger(ctx))

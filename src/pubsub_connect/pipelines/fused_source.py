@@ -46,7 +46,7 @@ from pubsub_connect.model.schemas import PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
 from pubsub_connect.pipelines.cps_pull import Puller, PullLoop, check_settings, ensure_bronze
 from pubsub_connect.pipelines.dead_letters import dead_letter, stop_at_unconvertible
-from pubsub_connect.pipelines.fused_sink import Beside
+from pubsub_connect.pipelines.fused_sink import side_by_side
 from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, producer_config
 from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
 from pubsub_connect.pipelines.observed_counts import ObservedCounts
@@ -101,16 +101,8 @@ class FusedPuller(Puller):
         self._failed = F.col("error_class").isNotNull()
 
     def write(self, table: pa.Table) -> None:
-        landed = Beside(partial(self.ctx.store.append_rows, self.bronze, table, PUBSUB_BRONZE))
-        try:
-            self._produce(table)
-        except BaseException:
-            try:
-                landed.result()
-            except Exception as exc:  # the produce's own failure is the one to report
-                log.warning("%s fused window: the bronze append failed too: %s", self.config.name, error_line(exc))
-            raise
-        landed.result()
+        side_by_side(partial(self.ctx.store.append_rows, self.bronze, table, PUBSUB_BRONZE),
+                     partial(self._produce, table), f"{self.config.name} fused window")
 
     def _produce(self, table: pa.Table) -> None:
         ids = table.column("message_id").to_pylist()

@@ -20,6 +20,8 @@
    consumers. A record Kafka refuses for good (an event time too far off, a record too large)
    is a ``dlq/<name>`` row (``LITE_SOURCE_DLQ``) under ``errors.tolerance=all``, and stops the
    connector naming its Lite partition and offset under ``none``.
+
+With ``pipeline.mode=fused`` one streaming query does all three (:func:`fused`): ``FUSED_STAGES``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ from pubsub_connect.io.pubsublite.connection import LiteIOError
 from pubsub_connect.io.pubsublite.data_source import read_lite
 from pubsub_connect.io.pubsublite.offsets import OffsetClient
 from pubsub_connect.io.pubsublite.read_options import LiteReadOptions
-from pubsub_connect.io.tables import BRONZE, OUTBOX, TableRef
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.frames import map_in_arrow
 from pubsub_connect.model.lite.arrow import kafka_outbox_batch
 from pubsub_connect.model.lite.source import (
@@ -58,9 +61,11 @@ from pubsub_connect.model.schemas import (
     to_arrow,
 )
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, librdkafka_client
-from pubsub_connect.pipelines.kafka_produce import produce_stage
+from pubsub_connect.pipelines.fused_sink import fused_trigger, side_by_side
+from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, produce_stage
+from pubsub_connect.pipelines.modes import FUSED, convert_start, hand_back_to_staged, take_over_from_staged
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
-from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters
+from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
 
 if TYPE_CHECKING:
@@ -105,7 +110,24 @@ def batch_ends(batch: DataFrame) -> dict[int, int]:
     return {int(r.partition): int(r["last"]) + 1 for r in rows}
 
 
-def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+@dataclass(frozen=True)
+class LiteLanding:
+    """What the ``pull`` stage and the fused mode share: the Lite read (its start chosen as
+    :func:`pull` explains), the bronze table and the subscription's cursors."""
+
+    rows: DataFrame
+    bronze: TableRef
+    cursors: OffsetClient
+
+    def commit_cursors(self, config: ConnectorConfig, batch_id: int, ends: dict[int, int]) -> None:
+        """Only once a batch is durable in bronze may the subscription's cursors move."""
+        try:
+            self.cursors.commit(ends)
+        except LiteIOError as exc:  # the checkpoint, not the cursor, is where the stage resumes
+            log.warning("%s pull batch %d: %s (retried with the next batch)", config.name, batch_id, exc)
+
+
+def lite_landing(ctx: PipelineContext, config: ConnectorConfig, shown_as: str = "pull") -> LiteLanding:
     bronze = TableRef(BRONZE, config.name)
     ctx.store.ensure(bronze, LITE_BRONZE)
     checkpoint = ctx.store.checkpoint(config.name, "pull")
@@ -118,14 +140,20 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         # offsets moved by the offsets tools (the cursors are committed there): start exactly
         # there, even behind what bronze holds, as the user asked
         floor = {}
-        ctx.progress(f"[{config.name}.pull] starting from the moved offsets {moved.read_text()}")
+        ctx.progress(f"[{config.name}.{shown_as}] starting from the moved offsets {moved.read_text()}")
     else:
         floor = resume_floor(ctx, bronze)
     opts = read_options(ctx, config, floor)
-    cursors = OffsetClient(opts.connection, opts.subscription)
-    landed = read_lite(ctx.spark, opts).select(
+    rows = read_lite(ctx.spark, opts).select(
         *[F.col(f.name).cast(f.dataType) for f in LITE_MESSAGE_FIELDS],
         F.current_timestamp().alias("ingest_time"))
+    return LiteLanding(rows, bronze, OffsetClient(opts.connection, opts.subscription))
+
+
+def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """The ``pull`` stage, after a hand-back from the fused mode when that mode ran last."""
+    hand_back_to_staged(ctx, config, fused, first_stage="pull", source="the subscription")
+    landing = lite_landing(ctx, config)
 
     def process(batch: DataFrame, batch_id: int) -> None:
         # Persisted: the Lite read (bounded by flow control and pipeline.max.records.per.batch)
@@ -135,15 +163,12 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
             ends = batch_ends(batch)
             if not ends:
                 return
-            ctx.store.append_batch(bronze, batch, ctx.batch_app_id(config, "pull"), batch_id)
+            ctx.store.append_batch(landing.bronze, batch, ctx.batch_app_id(config, "pull"), batch_id)
         finally:
             batch.unpersist()
-        try:  # durable in bronze: only now may the subscription's cursors move
-            cursors.commit(ends)
-        except LiteIOError as exc:  # the checkpoint, not the cursor, is where this stage resumes
-            log.warning("%s pull batch %d: %s (retried with the next batch)", config.name, batch_id, exc)
+        landing.commit_cursors(config, batch_id, ends)
 
-    return ctx.start_batches(landed, config, "pull", process)
+    return ctx.start_batches(landing.rows, config, "pull", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -231,7 +256,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
                                    converters)
         outbox_rows.append_batch(out, ctx.batch_app_id(config, "convert"), batch_id)
 
-    return ctx.start_batches(ctx.read_table_stream(bronze), config, "convert", process)
+    start = convert_start(ctx, config, first_stage="pull")
+    return ctx.start_batches(ctx.read_table_stream(bronze, start), config, "convert", process)
 
 
 # --------------------------------------------------------------------------------------------
@@ -245,9 +271,74 @@ PRODUCE_DEAD_LETTERS = ProduceDeadLetters(
     ("lite_partition", "lite_offset"))
 
 
+#: Outbox rows in Lite partition/offset order: each Lite partition's order is kept.
+PRODUCE_ORDER = ("lite_partition", "lite_offset")
+
+
 def produce(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
-    """Outbox rows in Lite partition/offset order: each Lite partition's order is kept."""
-    return produce_stage(ctx, config, LITE_KAFKA_OUTBOX, ("lite_partition", "lite_offset"), PRODUCE_DEAD_LETTERS)
+    return produce_stage(ctx, config, LITE_KAFKA_OUTBOX, PRODUCE_ORDER, PRODUCE_DEAD_LETTERS)
+
+
+# --------------------------------------------------------------------------------------------
+# pipeline.mode=fused
+# --------------------------------------------------------------------------------------------
+
+
+def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
+    """``pipeline.mode=fused``: one streaming query over Lite, on the ``pull`` checkpoint, that
+    appends each micro-batch to bronze (the pull stage's append, its app id and marks: exactly
+    once) while it maps the same rows to Kafka records and produces them in one transaction with
+    its marker (the produce stage's writer: a replayed batch that had committed is skipped). The
+    cursors move after both.
+
+    No outbox: the round-robin counter of records without a key is bronze's row count before the
+    batch (every Lite message makes one record, so that is the staged outbox's count too), asked
+    of the store once and then moved by each batch."""
+    take_over_from_staged(ctx, config, drain=(convert, produce), drained="convert and produce")
+    ctx.check_kafka("producer", config)
+    landing = lite_landing(ctx, config, shown_as=FUSED)
+    topic = str(config.get("kafka.topic"))
+    converters = source_converters(config)
+    dlq = TableRef(DLQ, config.name)
+    counted: dict[str, int] = {}
+
+    def produce_batch_of(batch: DataFrame, batch_id: int, start: int) -> None:
+        records = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), start, converters)
+        try:
+            outcome = produce_batch(ctx, config, records, batch_id, PRODUCE_ORDER,
+                                    identity=(f"pubsub-connect-{config.name}-{FUSED}",
+                                              ctx.batch_app_id(config, "pull", f"-{FUSED}")))
+        except Exception as exc:
+            raise ConnectorError(f"produce of batch {batch_id} to {topic} failed: {error_line(exc)}") from exc
+        apply_tolerance(ctx, config, dlq, PRODUCE_DEAD_LETTERS, outcome, lambda: indexed_rows(records, PRODUCE_ORDER),
+                        batch_id, app_id=ctx.batch_app_id(config, "pull", f"-{FUSED}-dlq"))
+
+    def process(batch: DataFrame, batch_id: int) -> None:
+        batch = batch.persist()
+        try:
+            rows = batch.groupBy("partition").agg(F.max("offset").alias("last"), F.count("*").alias("rows")).collect()
+            if not rows:
+                return
+            ends = {int(r.partition): int(r["last"]) + 1 for r in rows}
+            size = sum(int(r["rows"]) for r in rows)
+            app_id = ctx.batch_app_id(config, "pull")
+            if "rows" not in counted:  # a replayed batch whose append committed is in the count already
+                appended = ctx.store.committed_version(landing.bronze, app_id)
+                before = ctx.store.row_count(landing.bronze)
+                counted["rows"] = before - size if appended is not None and appended >= batch_id else before
+            start = counted["rows"]
+            side_by_side(lambda: ctx.store.append_batch(landing.bronze, batch, app_id, batch_id),
+                         lambda: produce_batch_of(batch, batch_id, start), f"{config.name} fused batch {batch_id}")
+            counted["rows"] = start + size
+        except BaseException:
+            counted.clear()  # asked of the store again: the append may or may not have committed
+            raise
+        finally:
+            batch.unpersist()
+        landing.commit_cursors(config, batch_id, ends)
+
+    return ctx.start_batches(landing.rows, config, FUSED, process, checkpoint_of="pull", trigger=fused_trigger(ctx))
 
 
 STAGES = [Stage("pull", pull), Stage("convert", convert), Stage("produce", produce)]
+FUSED_STAGES = [Stage("fused", fused, takes_over=("pull", "convert", "produce"))]
