@@ -1,6 +1,7 @@
 """Pub/Sub Lite sink and source throughput: end-to-end messages/s vs. the bare clients, in one run.
 
-    .venv/bin/python benchmarks/lite.py [--mode once|continuous] [--records 50000] [--size 1024] [--partitions 3]
+    .venv/bin/python benchmarks/lite.py [--mode once|continuous] [--direction sink|source]
+                                        [--pipeline-mode staged|fused] [--records 50000] [--size 1024] [--partitions 3]
 
 There is no Lite emulator; like the tests, this runs against the local Lite gRPC server of
 ``tests/lite_server``, started in its own process (so it does not share a GIL with the clients
@@ -23,6 +24,8 @@ offsets prove that every record arrived. ``--direction source``: N messages publ
 the official publisher, read by the bare subscriber on one subscription and by the source on
 another; the rate from the produce stage's progress (a produce batch completes when its Kafka
 transaction committed); a ``read_committed`` consumer proves that Kafka holds all N.
+``--pipeline-mode fused`` runs the source's one fused query instead (the rate from its batches,
+each complete once its transaction committed).
 
 A run whose connectors did not move every record fails instead of printing a rate.
 """
@@ -308,9 +311,11 @@ def continuous_source(args: argparse.Namespace) -> None:
         source = cfg.load_raw({"name": "bench-source", "connector.class": "PubSubLiteSourceConnector",
                                "pubsublite.subscription": "connector", "kafka.topic": "from-lite",
                                **lite_keys(server, args.tasks)}, continuous_worker(bootstrap, root, args.engine))
+        fused = args.pipeline_mode == "fused"
         result, session_s = stages_together(
-            source, lite_source.STAGES, n, args.timeout,
-            lambda: kafka_committed_count(bootstrap, "from-lite", parts, n) >= n, "lite source", "produce")
+            source, lite_source.FUSED_STAGES if fused else lite_source.STAGES, n, args.timeout,
+            lambda: kafka_committed_count(bootstrap, "from-lite", parts, n) >= n, "lite source",
+            "fused" if fused else "produce")
         in_kafka = kafka_committed_count(bootstrap, "from-lite", parts, n)
     if in_kafka != n:
         raise SystemExit(f"the Lite source produced {in_kafka} records for {n} messages")
@@ -321,9 +326,11 @@ def continuous_source(args: argparse.Namespace) -> None:
         ("bare Lite publish (official client, setup)", f"{rate['bare lite publish']:,.0f} msg/s"),
         ("bare Lite subscribe + ack (official client)", f"{rate['bare lite subscribe']:,.0f} msg/s"),
         ("bare produce (confluent-kafka, idempotent)", f"{rate['bare produce']:,.0f} msg/s"),
-    ], "Lite source", "produce", rate, result, ("in Kafka (read_committed)", f"{in_kafka:,}"), session_s, ratio)
-    path = write_results(results_name("lite-source-continuous", args.engine), {
-        "engine": args.engine, "mode": "continuous", "direction": "source", "records": n, "size": args.size,
+    ], "Lite source", "fused" if fused else "produce", rate, result, ("in Kafka (read_committed)", f"{in_kafka:,}"),
+        session_s, ratio)
+    path = write_results(results_name(f"lite-source-continuous-{args.pipeline_mode}", args.engine), {
+        "engine": args.engine, "mode": "continuous", "pipeline_mode": args.pipeline_mode, "direction": "source",
+        "records": n, "size": args.size,
         "partitions": parts, "rates_msgs_per_s": rate, "total_seconds": result["total_s"],
         "steady_span_seconds": result["steady_span_s"], "stage_batch_ms": result["stage_batch_ms"], "ratio": ratio})
     print(f"\nresults: {path}")
@@ -336,6 +343,8 @@ def main() -> None:
                              "direction's stages together (run)")
     parser.add_argument("--direction", choices=("sink", "source"), default="sink",
                         help="continuous mode: the Lite sink or the Lite source")
+    parser.add_argument("--pipeline-mode", choices=("staged", "fused"), default="staged",
+                        help="continuous source: the connector's pipeline.mode")
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="continuous mode: seconds to wait for all N messages")
