@@ -12,7 +12,8 @@ client speaks only TLS to Google's endpoint). Ours runs as the other benchmarks 
 stages one after the other (``--once``) in a Spark session already up.
 
 - **sink** (Kafka → Pub/Sub): N records of SIZE bytes in one Kafka topic (3 partitions) are read
-  by Google's ``CloudPubSubSinkConnector`` into one Pub/Sub topic and by our sink into another,
+  by Google's ``CloudPubSubSinkConnector`` into one Pub/Sub topic and by our sink into another
+  (ours twice: ``pipeline.mode=staged`` and ``fused``, each into a topic of its own),
   with the same ``tasks.max``, converters and batching keys (``maxBufferSize``,
   ``maxBufferBytes``, ``maxDelayThresholdMs``, ``maxOutstandingMessages``,
   ``maxOutstandingRequestBytes``). Google's run is timed from creating the connector until
@@ -329,13 +330,18 @@ class Bench:
         return {"seconds": total_s, "stage_seconds": stage_s, "cpu_s": cpu.seconds}
 
     def sink(self) -> dict[str, Any]:
+        """Google's sink, then ours staged and ours fused, each reading the same Kafka topic (a
+        consumer group of its own) into a Pub/Sub topic of its own."""
         args, n = self.args, self.args.records
         produce(self.bootstrap, "bench", n, args.size, PARTITIONS)
+        sides = ("google", *OURS_SIDES)
+        # names: sink-google, sink-ours, sink-ours-fused (Pub/Sub topics and subscriptions)
+        names = {side: f"sink-{side.replace('_', '-')}" for side in sides}
         subscriptions = {}
-        for side in ("google", "ours"):
-            topic = self.publisher.topic_path(PROJECT, f"sink-{side}")
+        for side in sides:
+            topic = self.publisher.topic_path(PROJECT, names[side])
             self.publisher.create_topic(request={"name": topic})
-            subscriptions[side] = self.create_subscription(topic, f"sink-{side}")
+            subscriptions[side] = self.create_subscription(topic, names[side])
         settings = {"topics": "bench", "cps.project": PROJECT, "tasks.max": str(args.tasks),
                     "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
                     "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
@@ -344,14 +350,17 @@ class Bench:
                     "maxOutstandingRequestBytes": str(args.max_outstanding_bytes)}
 
         committed = committed_total(self.bootstrap, "connect-google-sink", "bench")
-        google = self.google_run("google-sink", SINK_CONNECTOR_CLASS, {**settings, "cps.topic": "sink-google"},
-                                 lambda: committed() >= n)
-        run = cfg.load_raw({**settings, "name": "ours-sink", "connector.class": "cps-sink",
-                            "cps.topic": "sink-ours", "cps.useEmulator": "true"}, self.worker_settings(n))
-        ours = self.ours_run(run, cps_sink.STAGES)
-        for side, figures in (("google", google), ("ours", ours)):
+        results: dict[str, Any] = {
+            "google": self.google_run("google-sink", SINK_CONNECTOR_CLASS, {**settings, "cps.topic": names["google"]},
+                                      lambda: committed() >= n)}
+        for side, (mode, _label) in OURS_SIDES.items():
+            name = "ours-sink" if mode == "staged" else f"ours-sink-{mode}"
+            run = cfg.load_raw({**settings, "name": name, "connector.class": "cps-sink", "cps.topic": names[side],
+                                "cps.useEmulator": "true", "pipeline.mode": mode}, self.worker_settings(n))
+            results[side] = self.ours_run(run, cps_sink.FUSED_STAGES if mode == "fused" else cps_sink.STAGES)
+        for side, figures in results.items():
             figures["duplicates"] = check_complete(f"sink, {side}", pubsub_seqs(subscriptions[side], n), n)
-        return {"records": n, "size": args.size, "settings": settings, "google": google, "ours": ours}
+        return {"records": n, "size": args.size, "settings": settings, **results}
 
     def source(self) -> dict[str, Any]:
         """Google's source, then ours staged and ours fused, each on a subscription of the same
