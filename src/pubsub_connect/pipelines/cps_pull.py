@@ -115,9 +115,10 @@ class Puller:
         self.redeliveries = RedeliveryWatch()
 
 
-    def _collect(self, window_s: float, linger_s: float | None = None) -> list[PulledMessage]:
-        """The messages of one window: pulled for up to ``window_s``, and for at most ``linger_s``
-        after the first ones came (the fused mode's latency bound)."""
+    def _collect(self, window_s: float) -> list[PulledMessage]:
+        """The messages of one window: pulled for up to ``window_s``, and for at most
+        :attr:`linger_s` after the first ones came (the fused mode's latency bound)."""
+        linger_s = self.linger_s
         path = self.sub_config.subscription_path
         if self.streaming:
             if self._streamer is None:
@@ -153,7 +154,7 @@ class Puller:
         When the pull stopped making progress (:class:`RedeliveryWatch`) it says so in one line:
         printed while the connector runs on (the leases may recover), raised under ``--once``,
         whose drain would otherwise never end."""
-        messages = self._collect(window_s, self.linger_s)
+        messages = self._collect(window_s)
         if not messages:
             return BatchDeliveries(0, 0)
         table = messages_to_arrow(messages, self.sub_config.subscription_path)

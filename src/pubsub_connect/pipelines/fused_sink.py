@@ -29,10 +29,9 @@ which batches completed (``docs/architecture.md`` gives the measurement behind t
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -43,6 +42,7 @@ from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.schemas import KAFKA_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
 from pubsub_connect.pipelines.dead_letters import DeadLetterRows, dead_letter, stop_at_unconvertible
+from pubsub_connect.pipelines.fused_batch import fused_trigger, side_by_side
 from pubsub_connect.pipelines.kafka_ingest import STAGE as INGEST
 from pubsub_connect.pipelines.kafka_ingest import KafkaLanding
 from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
@@ -53,14 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 STAGE = FUSED
-
-#: The fused query's trigger interval when the worker does not set ``pipeline.trigger.interval.ms``:
-#: the next micro-batch is planned as soon as the last one is done (see :func:`fused_trigger`).
-DEFAULT_TRIGGER_MS = 0
-
 
 @dataclass(frozen=True)
 class SinkPublishing:
@@ -82,59 +75,6 @@ class SinkPublishing:
     dead_letters: DeadLetterRows
     empty: Column | None = None
     report_empty: Callable[[DataFrame], None] | None = None
-
-
-def fused_trigger(ctx: PipelineContext) -> dict[str, Any]:
-    """``availableNow`` under ``--once``; else ``pipeline.trigger.interval.ms`` when the worker
-    sets it, and :data:`DEFAULT_TRIGGER_MS` when it does not (the staged default of 1 s would be
-    most of a fused record's latency)."""
-    if ctx.once:
-        return {"availableNow": True}
-    setting = ctx.worker.settings["pipeline.trigger.interval.ms"]
-    interval = DEFAULT_TRIGGER_MS if setting.origin == "default" else int(setting.value)
-    return {"processingTime": f"{interval} milliseconds"}
-
-
-class Beside:
-    """A call run on a Spark-aware thread beside the caller's (PySpark's ``InheritableThread``
-    carries the micro-batch's job group and local properties over, so stopping the query cancels
-    its jobs too); :meth:`result` waits for it and raises what it raised."""
-
-    def __init__(self, call: Callable[[], object]):
-        from pyspark import InheritableThread
-
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                call()
-            except BaseException as exc:  # handed to the waiting thread
-                self._error = exc
-
-        self._thread: threading.Thread = InheritableThread(run)
-        self._thread.start()
-
-    def result(self) -> None:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
-def side_by_side(landing: Callable[[], object], work: Callable[[], T], shown_as: str) -> T:
-    """Run ``landing`` (a bronze append) on a :class:`Beside` thread while ``work`` runs here;
-    return ``work``'s result once both are done. When ``work`` fails, its error is the one
-    raised (the landing's, if it failed too, is logged: ``shown_as`` names the batch)."""
-    landed = Beside(landing)
-    try:
-        result = work()
-    except BaseException:
-        try:
-            landed.result()
-        except Exception as exc:  # the work's own failure is the one to report
-            log.warning("%s: the bronze append failed too: %s", shown_as, error_line(exc))
-        raise
-    landed.result()
-    return result
 
 
 def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPublishing,

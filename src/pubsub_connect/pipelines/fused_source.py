@@ -46,21 +46,14 @@ from pubsub_connect.model.schemas import PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
 from pubsub_connect.pipelines.cps_pull import Puller, PullLoop, check_settings, ensure_bronze
 from pubsub_connect.pipelines.dead_letters import dead_letter, stop_at_unconvertible
-from pubsub_connect.pipelines.fused_sink import side_by_side
-from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, producer_config
+from pubsub_connect.pipelines.fused_batch import fused_linger_s, side_by_side
+from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, producer_config, transactional_id
 from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
 from pubsub_connect.pipelines.observed_counts import ObservedCounts
-from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
 from pubsub_connect.pipelines.produced_ids import REMEMBERED_IDS, ProducedIds, Window
 
 log = logging.getLogger(__name__)
-
-#: How long a window goes on after its first messages came, when the worker does not set
-#: ``pipeline.trigger.interval.ms``: what arrived while the last window was written is taken at
-#: once, and a window stays small enough that its writes, not its pulling, set the latency.
-DEFAULT_LINGER_S = 0.05
-
 
 @dataclass(frozen=True)
 class SourceProducing:
@@ -74,16 +67,6 @@ class SourceProducing:
     rejects: ProduceDeadLetters
 
 
-def transactional_id(config: ConnectorConfig) -> str:
-    return f"pubsub-connect-{config.name}-{FUSED}"
-
-
-def linger(ctx: PipelineContext) -> float:
-    """``pipeline.trigger.interval.ms`` when the worker sets it, else :data:`DEFAULT_LINGER_S`."""
-    setting = ctx.worker.settings["pipeline.trigger.interval.ms"]
-    return DEFAULT_LINGER_S if setting.origin == "default" else int(setting.value) / 1000.0
-
-
 class FusedPuller(Puller):
     """A puller whose window is written to bronze and produced to Kafka at once."""
 
@@ -95,7 +78,7 @@ class FusedPuller(Puller):
         self.journal = journal
         self.producing = producing
         self.conversion = conversion
-        self.linger_s = linger(ctx)
+        self.linger_s = fused_linger_s(ctx)
         self.dlq = TableRef(DLQ, config.name)
         self.stops = config.get("errors.tolerance") == "none"
         self._failed = F.col("error_class").isNotNull()
@@ -124,7 +107,7 @@ class FusedPuller(Puller):
                 else observed.observed.filter(~self._failed & keep)).select(*self.producing.columns)
         try:
             outcome = produce_batch(self.ctx, self.config, good, window.batch_id, self.producing.order,
-                                    identity=(transactional_id(self.config), self.journal.sequence))
+                                    identity=(transactional_id(self.config, FUSED), self.journal.sequence))
         except Exception as exc:
             if self.stops:  # a record that cannot be converted: the staged convert's one line names it
                 self._dead_letter(converted, window)
@@ -163,13 +146,13 @@ def _carry_over(ctx: PipelineContext, config: ConnectorConfig, journal: Produced
         return
     newest = (ctx.store.read(outbox).orderBy(F.col("publish_time").desc(), F.col("message_id").desc())
               .limit(REMEMBERED_IDS).select("message_id").collect())
-    journal.seed([row.message_id for row in reversed(newest)], OutboxRowCount(ctx.store, outbox).current())
+    journal.seed([row.message_id for row in reversed(newest)], ctx.store.row_count(outbox))
 
 
 def _last_committed(ctx: PipelineContext, config: ConnectorConfig, journal: ProducedIds) -> int | None:
     """The newest window whose transaction committed, from the marker topic. Its producer fences
     any transaction a crashed run left open, so the answer is final."""
-    reader = TransactionalBatchWriter(producer_config(ctx, config), transactional_id(config),
+    reader = TransactionalBatchWriter(producer_config(ctx, config), transactional_id(config, FUSED),
                                       str(config.get("kafka.topic")), str(ctx.worker.get("pipeline.offsets.topic")))
     try:
         return reader.last_committed_batch(journal.sequence)

@@ -38,8 +38,10 @@ def producer_config(ctx: PipelineContext, config: ConnectorConfig) -> dict[str, 
     return ctx.librdkafka_client("producer", config)
 
 
-def transactional_id(config: ConnectorConfig) -> str:
-    return f"pubsub-connect-{config.name}-produce"
+def transactional_id(config: ConnectorConfig, stage: str = STAGE) -> str:
+    """The ``transactional.id`` of a connector's stage that writes Kafka transactions (the produce
+    stage, or a fused mode)."""
+    return f"pubsub-connect-{config.name}-{stage}"
 
 
 def in_produce_order(batch: DataFrame, order: Sequence[str]) -> DataFrame:

@@ -61,8 +61,8 @@ from pubsub_connect.model.schemas import (
     to_arrow,
 )
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, librdkafka_client
-from pubsub_connect.pipelines.fused_sink import fused_trigger, side_by_side
-from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, produce_stage
+from pubsub_connect.pipelines.fused_batch import fused_trigger, side_by_side
+from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, produce_stage, transactional_id
 from pubsub_connect.pipelines.modes import FUSED, convert_start, hand_back_to_staged, take_over_from_staged
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
@@ -103,11 +103,11 @@ def read_options(ctx: PipelineContext, config: ConnectorConfig, floor: dict[int,
     )
 
 
-def batch_ends(batch: DataFrame) -> dict[int, int]:
-    """``{partition: next offset}`` after a micro-batch (Lite offsets are dense): one small
-    aggregate per partition is all that reaches the driver."""
-    rows = batch.groupBy("partition").agg(F.max("offset").alias("last")).collect()
-    return {int(r.partition): int(r["last"]) + 1 for r in rows}
+def batch_ends(batch: DataFrame) -> tuple[dict[int, int], int]:
+    """``{partition: next offset}`` after a micro-batch (Lite offsets are dense), and its row
+    count: one small aggregate per partition is all that reaches the driver."""
+    rows = batch.groupBy("partition").agg(F.max("offset").alias("last"), F.count("*").alias("rows")).collect()
+    return {int(r.partition): int(r["last"]) + 1 for r in rows}, sum(int(r["rows"]) for r in rows)
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def pull(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
         # runs once in the executors, for both the cursor positions and the append.
         batch = batch.persist()
         try:
-            ends = batch_ends(batch)
+            ends, _ = batch_ends(batch)
             if not ends:
                 return
             ctx.store.append_batch(landing.bronze, batch, ctx.batch_app_id(config, "pull"), batch_id)
@@ -304,10 +304,9 @@ def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
 
     def produce_batch_of(batch: DataFrame, batch_id: int, start: int) -> None:
         records = lite_to_kafka_outbox(batch, kafka_partition_count(ctx.worker, topic), start, converters)
+        identity = (transactional_id(config, FUSED), ctx.batch_app_id(config, "pull", f"-{FUSED}"))
         try:
-            outcome = produce_batch(ctx, config, records, batch_id, PRODUCE_ORDER,
-                                    identity=(f"pubsub-connect-{config.name}-{FUSED}",
-                                              ctx.batch_app_id(config, "pull", f"-{FUSED}")))
+            outcome = produce_batch(ctx, config, records, batch_id, PRODUCE_ORDER, identity=identity)
         except Exception as exc:
             raise ConnectorError(f"produce of batch {batch_id} to {topic} failed: {error_line(exc)}") from exc
         apply_tolerance(ctx, config, dlq, PRODUCE_DEAD_LETTERS, outcome, lambda: indexed_rows(records, PRODUCE_ORDER),
@@ -316,11 +315,9 @@ def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()
         try:
-            rows = batch.groupBy("partition").agg(F.max("offset").alias("last"), F.count("*").alias("rows")).collect()
-            if not rows:
+            ends, size = batch_ends(batch)
+            if not ends:
                 return
-            ends = {int(r.partition): int(r["last"]) + 1 for r in rows}
-            size = sum(int(r["rows"]) for r in rows)
             app_id = ctx.batch_app_id(config, "pull")
             if "rows" not in counted:  # a replayed batch whose append committed is in the count already
                 appended = ctx.store.committed_version(landing.bronze, app_id)

@@ -34,10 +34,7 @@ from pathlib import Path
 
 from pubsub_connect.io import checkpoints
 from pubsub_connect.io.batch_marks import stage_app_id
-
-#: Message ids remembered as produced: enough to recognise the redeliveries of a backlog many
-#: flow-control windows deep (as :data:`~pubsub_connect.pipelines.redeliveries.REMEMBERED_IDS`).
-REMEMBERED_IDS = 200_000
+from pubsub_connect.pipelines.redeliveries import REMEMBERED_IDS, RecentIds
 
 _SEQUENCE_FILE = "sequence.json"
 #: The ids the staged mode produced last, carried over when the fused mode took over from it.
@@ -61,8 +58,7 @@ class ProducedIds:
         self.folder = folder
         self.connector = connector
         self._remembered = remembered
-        self._order: deque[str] = deque()
-        self._ids: set[str] = set()
+        self._ids = RecentIds(remembered)
         self._files: deque[tuple[int, int]] = deque()  # (batch, ids) of the kept files, oldest first
         #: Ids of a committed window whose file was not completed (see the module's docstring).
         self.recheck: set[str] = set()
@@ -155,9 +151,4 @@ class ProducedIds:
 
     def _remember(self, message_ids: Iterable[str]) -> None:
         for message_id in message_ids:
-            if message_id in self._ids:
-                continue
             self._ids.add(message_id)
-            self._order.append(message_id)
-            if len(self._order) > self._remembered:
-                self._ids.discard(self._order.popleft())

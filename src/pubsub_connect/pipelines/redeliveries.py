@@ -23,6 +23,29 @@ WINDOW_BATCHES = 10
 NO_PROGRESS_SHARE = 0.5
 
 
+class RecentIds:
+    """The newest ``remembered`` ids added, oldest forgotten first: a bounded memory of message
+    ids (about 100 bytes each) for recognising redeliveries."""
+
+    def __init__(self, remembered: int = REMEMBERED_IDS):
+        self._order: deque[str] = deque()
+        self._ids: set[str] = set()
+        self._remembered = remembered
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._ids
+
+    def add(self, message_id: str) -> bool:
+        """Remember ``message_id``; returns False when it was remembered already."""
+        if message_id in self._ids:
+            return False
+        self._ids.add(message_id)
+        self._order.append(message_id)
+        if len(self._order) > self._remembered:
+            self._ids.discard(self._order.popleft())
+        return True
+
+
 @dataclass(frozen=True)
 class BatchDeliveries:
     """One committed pull batch: how many messages it held and how many were repeats."""
@@ -37,9 +60,7 @@ class RedeliveryWatch:
 
     def __init__(self, remembered: int = REMEMBERED_IDS, window: int = WINDOW_BATCHES,
                  no_progress_share: float = NO_PROGRESS_SHARE):
-        self._order: deque[str] = deque()
-        self._committed: set[str] = set()
-        self._remembered = remembered
+        self._committed = RecentIds(remembered)
         self._window: deque[BatchDeliveries] = deque(maxlen=window)
         self._share = no_progress_share
         self._reported = False
@@ -49,13 +70,8 @@ class RedeliveryWatch:
         delivered = repeated = 0
         for message_id in message_ids:
             delivered += 1
-            if message_id in self._committed:
+            if not self._committed.add(message_id):
                 repeated += 1
-                continue
-            self._committed.add(message_id)
-            self._order.append(message_id)
-            if len(self._order) > self._remembered:
-                self._committed.discard(self._order.popleft())
         batch = BatchDeliveries(delivered, repeated)
         self._window.append(batch)
         return batch
