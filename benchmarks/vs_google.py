@@ -262,6 +262,13 @@ def check_complete(what: str, seen: collections.Counter[int], n: int) -> int:
     return sum(seen.values()) - n
 
 
+def sink_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The keys both sinks get in every comparison: project, tasks, converters, batching."""
+    return {"cps.project": PROJECT, "tasks.max": str(args.tasks), "key.converter": STRING_CONVERTER,
+            "value.converter": BYTES_CONVERTER, "maxBufferSize": str(args.max_buffer_size),
+            "maxBufferBytes": str(args.max_buffer_bytes), "maxDelayThresholdMs": str(args.max_delay_ms)}
+
+
 def source_settings(args: argparse.Namespace) -> dict[str, str]:
     """The keys both sources run with, throughput and latency alike."""
     return {"cps.project": PROJECT, "tasks.max": str(args.source_tasks),
@@ -342,10 +349,7 @@ class Bench:
             topic = self.publisher.topic_path(PROJECT, names[side])
             self.publisher.create_topic(request={"name": topic})
             subscriptions[side] = self.create_subscription(topic, names[side])
-        settings = {"topics": "bench", "cps.project": PROJECT, "tasks.max": str(args.tasks),
-                    "key.converter": STRING_CONVERTER, "value.converter": BYTES_CONVERTER,
-                    "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
-                    "maxDelayThresholdMs": str(args.max_delay_ms),
+        settings = {**sink_settings(args), "topics": "bench",
                     "maxOutstandingMessages": str(args.max_outstanding_messages),
                     "maxOutstandingRequestBytes": str(args.max_outstanding_bytes)}
 
@@ -487,10 +491,7 @@ class SinkLatencyRun(LatencyRun):
 
     @staticmethod
     def settings(args: argparse.Namespace) -> dict[str, str]:
-        return {"cps.project": PROJECT, "tasks.max": str(args.tasks), "key.converter": STRING_CONVERTER,
-                "value.converter": BYTES_CONVERTER, "headers.publish": "true",
-                "maxBufferSize": str(args.max_buffer_size), "maxBufferBytes": str(args.max_buffer_bytes),
-                "maxDelayThresholdMs": str(args.max_delay_ms)}
+        return {**sink_settings(args), "headers.publish": "true"}
 
     @staticmethod
     def rate(args: argparse.Namespace) -> float:

@@ -35,21 +35,19 @@ def _publish_in_order(topic: str, messages: list) -> list[str]:
     return [publish(topic, [m])[0] for m in messages]
 
 
-@pytest.mark.compat
-def test_data_model_examples(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
-    create_topic(kafka_bootstrap, unique_name, partitions=3)
-    _, subscription = create_topic_and_subscription(unique_name)
-    _publish_in_order(unique_name, [
-        b"the", b"quick", b"brown", b"fox",                  # no attributes: round robin 0, 1, 2, 0
-        (b"jumped-data", {"fox": "jumped"}, None),           # key attribute -> key, value = data
-        (b"over-data", {"over": "1234567890"}, None),        # timestamp attribute -> timestamp
-    ])
-    connector = source_config(unique_name, subscription, unique_name, **{
-        "kafka.key.attribute": "fox", "kafka.timestamp.attribute": "over", "kafka.partition.count": "3",
-        "kafka.partition.scheme": "round_robin", "kafka.record.headers": "true"})
-    run_once(spark, kafka_bootstrap, tmp_path, connector)
+#: The data model's worked examples, in publish order, and the connector keys they need.
+DATA_MODEL_MESSAGES = [
+    b"the", b"quick", b"brown", b"fox",                  # no attributes: round robin 0, 1, 2, 0
+    (b"jumped-data", {"fox": "jumped"}, None),           # key attribute -> key, value = data
+    (b"over-data", {"over": "1234567890"}, None),        # timestamp attribute -> timestamp
+]
+DATA_MODEL_KEYS = {"kafka.key.attribute": "fox", "kafka.timestamp.attribute": "over", "kafka.partition.count": "3",
+                   "kafka.partition.scheme": "round_robin", "kafka.record.headers": "true"}
 
-    records = {r.value: r for r in consume_all(kafka_bootstrap, unique_name)}
+
+def assert_data_model_examples(bootstrap: str, topic: str) -> None:
+    """The Kafka records of :data:`DATA_MODEL_MESSAGES` (a topic of 3 partitions), exactly."""
+    records = {r.value: r for r in consume_all(bootstrap, topic)}
     assert sorted(records) == [b"brown", b"fox", b"jumped-data", b"over-data", b"quick", b"the"]
     assert [records[v].partition for v in (b"the", b"quick", b"brown", b"fox")] == [0, 1, 2, 0]
     assert all(records[v].key is None and not records[v].headers for v in (b"the", b"quick", b"brown", b"fox"))
@@ -57,6 +55,15 @@ def test_data_model_examples(spark, kafka_bootstrap: str, tmp_path: Path, unique
     assert records[b"over-data"].timestamp_ms == 1234567890
     assert records[b"over-data"].key is None
     assert records[b"jumped-data"].partition == 1 and records[b"over-data"].partition == 2  # counter continues
+
+
+@pytest.mark.compat
+def test_data_model_examples(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:
+    create_topic(kafka_bootstrap, unique_name, partitions=3)
+    _, subscription = create_topic_and_subscription(unique_name)
+    _publish_in_order(unique_name, DATA_MODEL_MESSAGES)
+    run_once(spark, kafka_bootstrap, tmp_path, source_config(unique_name, subscription, unique_name, **DATA_MODEL_KEYS))
+    assert_data_model_examples(kafka_bootstrap, unique_name)
 
 
 def test_struct_value_versus_headers(spark, kafka_bootstrap: str, tmp_path: Path, unique_name: str) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e.harness import context, run_once, source_config
+from e2e.test_cps_source import DATA_MODEL_KEYS, DATA_MODEL_MESSAGES, assert_data_model_examples
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import create_subscription, create_topic_and_subscription, publish, pull_distinct
 from pubsub_connect.io.tables import TableRef
@@ -44,22 +45,12 @@ def test_one_loop_produces_the_staged_modes_records(spark, kafka_bootstrap: str,
     and round-robin partitions; progress from the fused loop alone; bronze, no outbox."""
     create_topic(kafka_bootstrap, unique_name, partitions=3)
     _, subscription = create_topic_and_subscription(unique_name)
-    messages = [b"the", b"quick", b"brown", b"fox", (b"jumped-data", {"fox": "jumped"}, None),
-                (b"over-data", {"over": "1234567890"}, None)]
-    ids = [publish(unique_name, [m])[0] for m in messages]  # one at a time: publish order is list order
-    connector = source_config(unique_name, subscription, unique_name, **FUSED, **{
-        "kafka.key.attribute": "fox", "kafka.timestamp.attribute": "over", "kafka.partition.count": "3",
-        "kafka.partition.scheme": "round_robin", "kafka.record.headers": "true"})
+    ids = [publish(unique_name, [m])[0] for m in DATA_MODEL_MESSAGES]  # one at a time: publish order is list order
+    connector = source_config(unique_name, subscription, unique_name, **FUSED, **DATA_MODEL_KEYS)
     lines: list[str] = []
     ctx = run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
 
-    records = {r.value: r for r in consume_all(kafka_bootstrap, unique_name)}
-    assert sorted(records) == [b"brown", b"fox", b"jumped-data", b"over-data", b"quick", b"the"]
-    assert [records[v].partition for v in (b"the", b"quick", b"brown", b"fox")] == [0, 1, 2, 0]
-    assert all(records[v].key is None and not records[v].headers for v in (b"the", b"quick", b"brown", b"fox"))
-    assert records[b"jumped-data"].key == b"jumped"
-    assert records[b"over-data"].timestamp_ms == 1234567890
-    assert (records[b"jumped-data"].partition, records[b"over-data"].partition) == (1, 2)  # counter continues
+    assert_data_model_examples(kafka_bootstrap, unique_name)
     assert bronze_ids(ctx, unique_name) == sorted(ids)
     assert not ctx.store.exists(TableRef("outbox", unique_name))
     own = [line.split(" rate=")[0] for line in lines if line.startswith(f"[{unique_name}.") and "] batch=" in line]

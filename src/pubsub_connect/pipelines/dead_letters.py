@@ -66,6 +66,20 @@ def dead_letter(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, ba
     return count
 
 
+def stop_at_first_unconvertible(ctx: PipelineContext, config: ConnectorConfig, dlq: TableRef, bad: DataFrame,
+                                batch_id: int, stage: str = "convert", app_id: str | None = None) -> None:
+    """After a write that :func:`stop_at_unconvertible` may have failed (``errors.tolerance=none``):
+    raise the connector's one stop line naming the first record that cannot be converted, when the
+    batch has one (:func:`dead_letter`). When it has none, or they cannot be counted, this returns
+    and the caller raises its write's own failure."""
+    try:
+        count = bad.count()
+    except Exception:  # the write's own failure is the one to report
+        return
+    if count:
+        dead_letter(ctx, config, dlq, bad, batch_id, count, stage=stage, app_id=app_id)
+
+
 def log_dead_letters(config: ConnectorConfig, bad: DataFrame, coordinates: Sequence[str]) -> None:
     """``errors.log.enable``: one warning per dead letter, naming it (``coordinates``, its
     columns) and why; the record's bytes are never logged."""
@@ -144,14 +158,8 @@ def append_converted(ctx: PipelineContext, config: ConnectorConfig,
     try:
         append(rows, ctx.batch_app_id(config, "convert"), batch_id)
     except Exception:
-        if not stops:
-            raise
-        try:
-            failed = bad.count()
-        except Exception:  # the append's own failure is the one to report
-            failed = 0
-        if failed:
-            dead_letter(ctx, config, dlq, bad, batch_id, failed)
+        if stops:
+            stop_at_first_unconvertible(ctx, config, dlq, bad, batch_id)
         raise
     found = observed.values()
     dead_letter(ctx, config, dlq, bad, batch_id, found["failed"])

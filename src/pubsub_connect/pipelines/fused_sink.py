@@ -41,7 +41,12 @@ from pubsub_connect.io.tables import DLQ, TableRef
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.schemas import KAFKA_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
-from pubsub_connect.pipelines.dead_letters import DeadLetterRows, dead_letter, stop_at_unconvertible
+from pubsub_connect.pipelines.dead_letters import (
+    DeadLetterRows,
+    dead_letter,
+    stop_at_first_unconvertible,
+    stop_at_unconvertible,
+)
 from pubsub_connect.pipelines.fused_batch import fused_trigger, side_by_side
 from pubsub_connect.pipelines.kafka_ingest import STAGE as INGEST
 from pubsub_connect.pipelines.kafka_ingest import KafkaLanding
@@ -100,13 +105,7 @@ def start_fused_sink(ctx: PipelineContext, config: ConnectorConfig, sink: SinkPu
             published = sink.publish(rows, stops)
         except Exception as exc:
             if stops:  # a record that cannot be converted: the staged convert's one line names it
-                bad = sink.dead_letters.of(converted)
-                try:
-                    found_bad = bad.count()
-                except Exception:  # the publish's own failure is the one to report
-                    found_bad = 0
-                if found_bad:
-                    dead_letter(ctx, config, dlq, bad, batch_id, found_bad, stage=INGEST)
+                stop_at_first_unconvertible(ctx, config, dlq, sink.dead_letters.of(converted), batch_id, stage=INGEST)
             raise ConnectorError(f"publish of batch {batch_id} to {sink.target} failed: {error_line(exc)}") from exc
         found = observed.values()
         if not stops and found["failed"]:

@@ -45,7 +45,7 @@ from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.schemas import PUBSUB_BRONZE, PUBSUB_DLQ
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn
 from pubsub_connect.pipelines.cps_pull import Puller, PullLoop, check_settings, ensure_bronze
-from pubsub_connect.pipelines.dead_letters import dead_letter, stop_at_unconvertible
+from pubsub_connect.pipelines.dead_letters import dead_letter, stop_at_first_unconvertible, stop_at_unconvertible
 from pubsub_connect.pipelines.fused_batch import fused_linger_s, side_by_side
 from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, producer_config, transactional_id
 from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
@@ -110,7 +110,8 @@ class FusedPuller(Puller):
                                     identity=(transactional_id(self.config, FUSED), self.journal.sequence))
         except Exception as exc:
             if self.stops:  # a record that cannot be converted: the staged convert's one line names it
-                self._dead_letter(converted, window)
+                stop_at_first_unconvertible(self.ctx, self.config, self.dlq, self.producing.dead_letters(converted),
+                                            window.batch_id, stage=FUSED, app_id=self.journal.app_id("-dlq"))
             raise ConnectorError(f"produce of window {window.batch_id} to {self.config.get('kafka.topic')} "
                                  f"failed: {error_line(exc)}") from exc
         failed = observed.values()["failed"]
@@ -122,19 +123,11 @@ class FusedPuller(Puller):
                         window.batch_id, app_id=self.journal.app_id("-produce-dlq"))
         self.journal.committed(window, max(outcome.written, 0) + len(outcome.rejected))
 
-    def _dead_letter(self, converted: DataFrame, window: Window, count: int | None = None) -> None:
-        """The window's records that could not be converted: ``dlq/<name>``, or the stop line
-        under ``errors.tolerance=none``. ``count`` None: counted here, and a failure to count
-        leaves the caller's own error to be reported."""
-        bad = self.producing.dead_letters(converted)
-        if count is None:
-            try:
-                count = bad.count()
-            except Exception:
-                return
-        if count:
-            dead_letter(self.ctx, self.config, self.dlq, bad, window.batch_id, count, stage=FUSED,
-                        app_id=self.journal.app_id("-dlq"))
+    def _dead_letter(self, converted: DataFrame, window: Window, count: int) -> None:
+        """The window's ``count`` records that could not be converted, to ``dlq/<name>``
+        (``errors.tolerance=all``)."""
+        dead_letter(self.ctx, self.config, self.dlq, self.producing.dead_letters(converted), window.batch_id, count,
+                    stage=FUSED, app_id=self.journal.app_id("-dlq"))
 
 
 def _carry_over(ctx: PipelineContext, config: ConnectorConfig, journal: ProducedIds) -> None:
