@@ -91,14 +91,29 @@ def test_struct_value_versus_headers(spark, kafka_bootstrap: str, tmp_path: Path
     assert sorted(header_record.headers) == [("attribute1", b"a"), ("attribute2", b"b")]
 
 
-def test_byte_array_converter_cannot_carry_a_struct(spark, kafka_bootstrap: str, tmp_path: Path,
-                                                    unique_name: str) -> None:
+def test_byte_array_converter_writes_messages_without_attributes(spark, kafka_bootstrap: str, tmp_path: Path,
+                                                                  unique_name: str) -> None:
+    """``ByteArrayConverter`` with ``kafka.record.headers=false``, as a user of Google's source has
+    it: messages without attributes reach Kafka as their data; one with attributes (a STRUCT value
+    it cannot write) stops the connector in one line under ``errors.tolerance=none`` and is a dead
+    letter under ``all``."""
+    create_topic(kafka_bootstrap, unique_name)
     _, subscription = create_topic_and_subscription(unique_name)
+    ids = _publish_in_order(unique_name, [(b"one", {}, None), (b"attributed", {"a": "1"}, None), (b"two", {}, None)])
     connector = source_config(unique_name, subscription, unique_name)  # ByteArrayConverter, headers off
-    from pubsub_connect.config.errors import ConfigError
-
-    with pytest.raises(ConfigError, match="ByteArrayConverter"):
+    with pytest.raises(ConnectorError) as err:
         run_once(spark, kafka_bootstrap, tmp_path, connector)
+    assert str(err.value).startswith(f"{unique_name} convert: record message_id {ids[1]} cannot be converted: "
+                                     "StructConverterError: value.converter=ByteArrayConverter cannot write a "
+                                     "message with attributes"), str(err.value)
+    assert "\n" not in str(err.value) and consume_all(kafka_bootstrap, unique_name) == []
+
+    tolerant = source_config(unique_name, subscription, unique_name, **{"errors.tolerance": "all"})
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, tolerant)
+    assert sorted((r.key, r.value, r.headers) for r in consume_all(kafka_bootstrap, unique_name)) == [
+        (None, b"one", None), (None, b"two", None)]
+    dead = ctx.store.read(TableRef("dlq", unique_name)).select("message_id", "value", "error_class").collect()
+    assert [tuple(r) for r in dead] == [(ids[1], b"attributed", "StructConverterError")]
 
 
 #: The partition of each key of :func:`test_partition_schemes` (3 Kafka partitions), computed once

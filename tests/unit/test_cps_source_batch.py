@@ -26,7 +26,6 @@ from pubsub_connect.model.cps_source.settings import (
     CpsSourceSettings,
     OutboxRow,
     PubsubReceived,
-    UnsupportedConverterError,
 )
 
 BYTE_ARRAY = "org.apache.kafka.connect.converters.ByteArrayConverter"
@@ -212,6 +211,16 @@ SETTINGS = {
             kafka_record_headers=True,
             partition_count=3,
         ),
+        0,
+    ),
+    "byte_array_struct_mode_dead_letters_attributed_messages": (
+        CpsSourceSettings(kafka_key_attribute="fox", kafka_timestamp_attribute="over", value_converter=BYTE_ARRAY,
+                          partition_count=3),
+        0,
+    ),
+    "string_struct_mode_with_a_long_key_converter": (
+        CpsSourceSettings(kafka_key_attribute="fox", key_converter="org.apache.kafka.connect.converters.LongConverter",
+                          value_converter=STRING, make_ordering_key_attribute=True, partition_count=2),
         0,
     ),
     "message_is_key_hash_key": (
@@ -440,12 +449,6 @@ def test_string_hash_sql_is_exact(spark: Any) -> None:
         else:
             assert by_text[t] == (java_string_hash(t), partition_for_hash(java_string_hash(t), 3)), t
     assert by_text["polygenelubricants"] == (-2147483648, 0)
-
-
-def test_structless_converter_rejected_before_any_spark_work(spark: Any) -> None:
-    settings = CpsSourceSettings(value_converter="org.apache.kafka.connect.converters.ByteArrayConverter")
-    with pytest.raises(UnsupportedConverterError):
-        to_kafka_outbox(bronze_df(spark, load_corpus()[:1]), settings)
 
 
 def test_converters_in_batch(spark: Any) -> None:

@@ -37,6 +37,7 @@ from pubsub_connect.model.cps_source.settings import (
     KeyConverterError,
     OutboxRow,
     PubsubReceived,
+    StructConverterError,
     UnsupportedConverterError,
 )
 
@@ -402,13 +403,21 @@ def test_settings_validation() -> None:
 
 
 @pytest.mark.parametrize("converter", [BYTE_ARRAY, STRING_CONV])
-def test_structless_converters_rejected_at_startup(converter: str) -> None:
-    settings = CpsSourceSettings(value_converter=converter)
-    with pytest.raises(UnsupportedConverterError, match="cannot write the STRUCT values") as info:
-        check_value_converter(settings)
-    assert isinstance(info.value, ValueError)
-    # Headers carry the attributes instead: any converter is fine (values are the data bytes).
-    check_value_converter(CpsSourceSettings(value_converter=converter, kafka_record_headers=True))
+def test_structless_converters_write_messages_without_attributes(converter: str) -> None:
+    """As with Google's source: a message without custom attributes is its data, written as is; one
+    with attributes would be a STRUCT, which the original's ByteArrayConverter fails on and its
+    StringConverter writes as ``Struct{message=[B@…}`` (the data lost): a dead letter here."""
+    settings = CpsSourceSettings(kafka_key_attribute="k", value_converter=converter)
+    check_value_converter(settings)
+    assert message_to_record(msg({"k": "key"}), settings).value == b"the"
+    with pytest.raises(StructConverterError) as info:
+        message_to_record(msg({"k": "key", "a": "1"}), settings)
+    assert str(info.value) == (f"value.converter={converter.rsplit('.', 1)[-1]} cannot write a message with "
+                               "attributes (a STRUCT value with kafka.record.headers=false); use JsonConverter "
+                               "or set kafka.record.headers=true")
+    [row] = reference_outbox([(msg({"a": "1"}), 0)], settings)
+    assert (row.error_class, row.value, row.headers) == ("StructConverterError", b"the", [])
+    # Headers carry the attributes instead: the value is the data bytes.
     record = message_to_record(msg({"a": "1"}), CpsSourceSettings(value_converter=converter, kafka_record_headers=True))
     assert record.value == b"the"
 

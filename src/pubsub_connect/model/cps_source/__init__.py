@@ -52,7 +52,10 @@ Behaviour, as Google's connector unless marked *divergence*:
   "payload":…}``). *Divergence*: ``StringConverter`` writes Java's ``byte[].toString()`` there
   (``[B@`` and an identity hash: the data is lost); here the data bytes are written as is. The
   number and boolean converters cannot write BYTES or STRUCT values (the original's task fails on
-  the first record): rejected at start-up (:func:`check_value_converter`).
+  the first record): rejected at start-up (:func:`check_value_converter`). ``ByteArrayConverter``
+  and ``StringConverter`` write no STRUCT: with ``kafka.record.headers=false`` a message with
+  custom attributes is a dead-letter row (:class:`StructConverterError`; *divergence*: the
+  original fails its task, or writes ``Struct{message=[B@…}``), the others are written as there.
 * **JSON text** (JsonConverter keys and struct values) is byte for byte Kafka's: Jackson's string
   escaping, and a character outside the BMP (an emoji) as its two escaped UTF-16 halves
   (``\uD83D\uDE00``), not as 4 UTF-8 bytes.

@@ -40,8 +40,10 @@ from pubsub_connect.model.cps_source.settings import (
     DuplicateFieldError,
     InvalidTimestampError,
     KeyConverterError,
+    StructConverterError,
     duplicate_field_message,
     key_converter_message,
+    struct_converter_message,
     timestamp_error_message,
     unicode_digits,
 )
@@ -358,15 +360,19 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
     dup_parts = duplicate_field_message("\0").split("\0")
     key_unwritable = s.key_converter in NUMBER_CONVERTER_TYPES or s.key_converter == BOOLEAN_CONVERTER
     bad_key = F.col("_key").isNotNull() & F.lit(key_unwritable)
+    # A STRUCT value that only JsonConverter can write (see check_value_converter).
+    unwritable = F.col("_custom") & F.lit(struct_mode and s.value_converter != JSON_CONVERTER)
     error_class = (
         F.when(bad_ts, F.lit(InvalidTimestampError.error_class))
         .when(duplicate, F.lit(DuplicateFieldError.error_class))
         .when(bad_key, F.lit(KeyConverterError.error_class))
+        .when(unwritable, F.lit(StructConverterError.error_class))
     )
     error_message = (
         F.when(bad_ts, F.concat(F.lit(ts_prefix), parsed.cast("string"), F.lit(ts_suffix)))
         .when(duplicate, F.concat(F.lit(dup_parts[0]), clash, F.lit(dup_parts[1]), clash, F.lit(dup_parts[2])))
         .when(bad_key, F.lit(key_converter_message(s.key_converter)))
+        .when(unwritable, F.lit(struct_converter_message(s.value_converter)))
     )
     classified = [
         F.when(parsed != F.lit(NO_TIMESTAMP), parsed).when(parsed.isNull(), F.col("_publish_ms")).alias("_ts_ms"),

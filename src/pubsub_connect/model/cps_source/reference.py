@@ -42,9 +42,11 @@ from pubsub_connect.model.cps_source.settings import (
     KeyConverterError,
     OutboxRow,
     PubsubReceived,
+    StructConverterError,
     UnsupportedConverterError,
     duplicate_field_message,
     key_converter_message,
+    struct_converter_message,
     timestamp_error_message,
     unicode_digits,
 )
@@ -229,14 +231,20 @@ def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_ro
     timestamp_ms = record_timestamp_ms(msg, settings)
     headers: list[tuple[str, bytes]] = []
     value: bytes | None
+    # Errors in the batch implementation's order: timestamp, duplicate field, key, struct converter.
     if has_custom_attributes(msg, settings) and not settings.kafka_record_headers:
-        value = serialize_struct(value_struct(msg, settings), settings)
+        struct = value_struct(msg, settings)
+        key_bytes = serialize_key(key, settings)
+        if settings.value_converter != JSON_CONVERTER:
+            raise StructConverterError(struct_converter_message(settings.value_converter))
+        value = serialize_struct(struct, settings)
     else:
+        key_bytes = serialize_key(key, settings)
         value = serialize_bytes_value(msg.data, settings)
         if has_custom_attributes(msg, settings):
             headers = record_headers(msg, settings)
     return KafkaOutRecord(
-        key=serialize_key(key, settings),
+        key=key_bytes,
         value=value,
         headers=headers,
         partition=select_partition(msg, key, settings, round_robin_counter),
@@ -310,10 +318,11 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
 
     Values are BYTES (the data) or, with ``kafka.record.headers=false`` and custom attributes,
     STRUCTs. The number and boolean converters can write neither (the original's task fails on
-    its first record); of the others only JsonConverter can write a STRUCT (ByteArrayConverter
-    fails the original's task, StringConverter writes Java's ``Struct.toString()``, which has
-    ``[B@…`` in place of the data). Failing at start-up with one clear line beats failing or
-    dead-lettering messages later. Also checks that ``key.converter`` is known.
+    its first record): failing at start-up with one clear line beats dead-lettering every
+    message. ``ByteArrayConverter`` and ``StringConverter`` write every message without custom
+    attributes, so they are accepted with ``kafka.record.headers=false`` as the original accepts
+    them; a message they cannot write is a dead letter (:class:`StructConverterError`). Also
+    checks that ``key.converter`` is known.
     """
     for option, name, schemas in (
         ("key.converter", settings.key_converter, settings.key_schemas_enable),
@@ -328,13 +337,6 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
         raise UnsupportedConverterError(
             f"value.converter={converter} cannot write the values of this connector (the message data, "
             f"or a STRUCT with the attributes); use {BYTE_ARRAY_CONVERTER} or {JSON_CONVERTER}"
-        )
-    if settings.kafka_record_headers:
-        return
-    if settings.value_converter != JSON_CONVERTER:
-        raise UnsupportedConverterError(
-            f"value.converter={settings.value_converter} cannot write the STRUCT values produced for "
-            f"messages with attributes; use {JSON_CONVERTER} or set kafka.record.headers=true"
         )
 
 

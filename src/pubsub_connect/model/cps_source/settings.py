@@ -108,6 +108,14 @@ class KeyConverterError(DataError):
     error_class = "KeyConverterError"
 
 
+class StructConverterError(DataError):
+    """``kafka.record.headers=false``, a message with custom attributes (a STRUCT value) and a
+    ``value.converter`` that writes no STRUCT: Google's task fails on it (``ByteArrayConverter``)
+    or writes Java's ``Struct.toString()``, which loses the data (``StringConverter``)."""
+
+    error_class = "StructConverterError"
+
+
 class DuplicateFieldError(DataError):
     """An attribute would become a second struct field named ``message`` or ``orderingKey``."""
 
@@ -126,6 +134,14 @@ def key_converter_message(converter: str) -> str:
     return (
         f"key.converter={short} cannot write the message's key, a string; "
         "use StringConverter or JsonConverter, or unset kafka.key.attribute"
+    )
+
+
+def struct_converter_message(converter: str) -> str:
+    short = converter.rsplit(".", 1)[-1]
+    return (
+        f"value.converter={short} cannot write a message with attributes (a STRUCT value with "
+        "kafka.record.headers=false); use JsonConverter or set kafka.record.headers=true"
     )
 
 
