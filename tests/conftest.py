@@ -20,6 +20,7 @@ from jvm_options import use_test_jvm_options, without_test_jvm_options
 from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, start_kafka
 from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
+from pubsub_connect.io.services.registry import start_registry
 from pubsub_connect.io.services.s3 import start_s3
 from schedule import longest_files_first
 from timings import hand_over, take_over, write_sections
@@ -144,6 +145,20 @@ def pubsub_service(services_dir: Path) -> Iterator[RunningService]:
 @pytest.fixture(scope="session")
 def pubsub_emulator_host(pubsub_service: RunningService) -> str:
     return pubsub_service.endpoint
+
+
+@pytest.fixture(scope="session")
+def registry_service(services_dir: Path) -> Iterator[RunningService]:
+    """A real Schema Registry (Apicurio Registry, Confluent's API) on loopback."""
+    service = start_registry(services_dir / "registry")
+    yield service
+    stop_pid(service.pid)
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(registry_service: RunningService) -> str:
+    """What a Confluent converter is given as ``schema.registry.url``."""
+    return registry_service.endpoint
 
 
 @pytest.fixture(scope="session")

@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     services = sub.add_parser("services", help="start/stop the embedded local services")
     services.add_argument("action", choices=("up", "down", "status"))
     services.add_argument("--only", default=",".join(ALL_SERVICES),
-                          help="comma-separated subset of kafka,pubsub,s3")
+                          help="comma-separated subset of " + ",".join(ALL_SERVICES))
     services.add_argument("--storage-root", default=WORKER_KEYS[1].default,
                           help="where the services' state and logs are kept")
 
@@ -277,18 +277,21 @@ def _print_services(running: dict[str, RunningService]) -> None:
         detail = {
             "kafka": f"bootstrap.servers={service.endpoint}",
             "pubsub": f"PUBSUB_EMULATOR_HOST={service.endpoint}",
+            "registry": f"schema.registry.url={service.endpoint}",
             "s3": f"s3.endpoint={service.endpoint}",
         }.get(name, service.endpoint)
-        print(f"{name:7s} pid={service.pid:<7d} {detail}")
+        print(f"{name:8s} pid={service.pid:<7d} {detail}")
 
 
 def cmd_jars(args: argparse.Namespace) -> int:
     from pubsub_connect.io import artifacts, class_data_archive
+    from pubsub_connect.io.services.registry import REGISTRY_APP, registry_app_dir
     from pubsub_connect.io.spark import local_connector_conf, spark_connectors
 
     for artifact_set in (spark_connectors(), *JVM_ARTIFACTS):
         jars = artifacts.resolve(artifact_set, offline=args.offline)
         print(f"{artifact_set.name}: {len(jars)} jars ({', '.join(str(c) for c in artifact_set.coordinates)})")
+    print(f"schema registry: {registry_app_dir(offline=args.offline)} ({REGISTRY_APP})")
     print(f"cache: {artifacts.cache_dir()}")
     if not args.offline:
         driver_jars = [j for j in local_connector_conf({}).get("spark.jars", "").split(",") if j]  # as a session's

@@ -34,23 +34,38 @@ def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[s
         assert main(["services", "up", "--storage-root", root]) == 0
         out = capsys.readouterr().out
         running = read_services(tmp_path)
-        assert sorted(running) == ["kafka", "pubsub", "s3"]
+        assert sorted(running) == ["kafka", "pubsub", "registry", "s3"]
         assert f"bootstrap.servers={running['kafka'].endpoint}" in out
         assert f"PUBSUB_EMULATOR_HOST={running['pubsub'].endpoint}" in out
+        assert f"schema.registry.url={running['registry'].endpoint}" in out
+        assert running["registry"].endpoint.endswith("/apis/ccompat/v7")
         assert all(s.endpoint.replace("http://", "").startswith("127.0.0.1:") for s in running.values())
         # the Kafka broker really answers on the advertised loopback address
         metadata = AdminClient({"bootstrap.servers": running["kafka"].endpoint}).list_topics(timeout=5)
         assert metadata.brokers and all(b.host == "127.0.0.1" for b in metadata.brokers.values())
         # each service keeps its files in a directory of its own
-        assert {Path(s.directory).name for s in running.values()} == {"kafka", "pubsub", "s3"}
+        assert {Path(s.directory).name for s in running.values()} == {"kafka", "pubsub", "registry", "s3"}
         # a second `up` reuses what runs
         assert main(["services", "up", "--storage-root", root]) == 0
         assert {k: v.pid for k, v in read_services(tmp_path).items()} == {k: v.pid for k, v in running.items()}
     finally:
         assert main(["services", "down", "--storage-root", root]) == 0
-    assert "stopped: kafka, pubsub, s3" in capsys.readouterr().out
+    assert "stopped: kafka, pubsub, registry, s3" in capsys.readouterr().out
     assert not any(_alive(s.pid) for s in running.values())
     assert read_services(tmp_path) == {}
+
+
+def test_only_the_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = str(tmp_path)
+    try:
+        assert main(["services", "up", "--only", "registry", "--storage-root", root]) == 0
+        (registry,) = read_services(tmp_path).values()
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"registry pid={registry.pid:<7d} schema.registry.url={registry.endpoint}"
+        assert registry.endpoint.startswith("http://127.0.0.1:")
+    finally:
+        assert main(["services", "down", "--storage-root", root]) == 0
+    assert not _alive(registry.pid)
 
 
 def test_failed_start_stops_what_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

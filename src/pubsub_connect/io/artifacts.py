@@ -205,28 +205,36 @@ def fetch_jar(coordinate: Coordinate, repositories: Sequence[str] = (), offline:
     still read its POM's parents and every BOM they import — for Google's connector ~200 poms and
     two minutes — before it yields the one file.
     """
+    return fetch_file(coordinate, repositories=repositories, offline=offline, report=report)
+
+
+def fetch_file(coordinate: Coordinate, classifier: str = "", extension: str = "jar", repositories: Sequence[str] = (),
+               offline: bool = False, report: Callable[[str], None] | None = _announce) -> Path:
+    """One file of an artifact (``<artifact>-<version>[-<classifier>].<extension>``, e.g. an
+    application's distribution archive), checked against its published SHA-1 and cached."""
     repositories = [*repositories, *[r for r in default_repositories() if r not in repositories]]
-    name = f"{coordinate.artifact}-{coordinate.version}.jar"
+    name = f"{coordinate.artifact}-{coordinate.version}{f'-{classifier}' if classifier else ''}.{extension}"
+    label = f"{coordinate}:{extension}:{classifier}" if classifier else str(coordinate)
     target = cache_dir() / "jars" / coordinate.group / name
     if target.is_file():
         return target
     if offline:
-        raise ArtifactError(f"{coordinate}: not in the cache {cache_dir()} and downloads are off")
+        raise ArtifactError(f"{label}: not in the cache {cache_dir()} and downloads are off")
     with _resolution_lock():
         if target.is_file():  # another process may have just fetched it
             return target
         if report is not None:
-            report(f"fetching {coordinate} from {', '.join(repositories)} into {cache_dir()} (first run only)")
+            report(f"fetching {label} from {', '.join(repositories)} into {cache_dir()} (first run only)")
         failures: list[str] = []
         for repository in repositories:
             url = (f"{repository.rstrip('/')}/{coordinate.group.replace('.', '/')}/{coordinate.artifact}/"
                    f"{coordinate.version}/{name}")
             try:
-                _download_checked(url, target)
+                _download_checked(url, target, timeout_s=300)
                 return target
             except (OSError, ValueError) as exc:  # urllib's errors are OSErrors
                 failures.append(f"{url}: {exc}")
-        raise ArtifactError(f"cannot fetch {coordinate}: {'; '.join(failures)}")
+        raise ArtifactError(f"cannot fetch {label}: {'; '.join(failures)}")
 
 
 def _download_checked(url: str, target: Path, timeout_s: float = 60) -> None:

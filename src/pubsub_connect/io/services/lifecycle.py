@@ -15,12 +15,13 @@ from pathlib import Path
 from pubsub_connect.io.services.kafka import start_kafka
 from pubsub_connect.io.services.process import RunningService, ServiceError, stop_pid
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
+from pubsub_connect.io.services.registry import start_registry
 from pubsub_connect.io.services.s3 import start_s3
 
 log = logging.getLogger(__name__)
 
-STARTERS = {"kafka": start_kafka, "pubsub": start_pubsub_emulator, "s3": start_s3}
-ALL_SERVICES = ("kafka", "pubsub", "s3")
+STARTERS = {"kafka": start_kafka, "pubsub": start_pubsub_emulator, "registry": start_registry, "s3": start_s3}
+ALL_SERVICES = ("kafka", "pubsub", "registry", "s3")
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,124 @@
+"""The Schema Registry client against a real registry (Apicurio Registry's Confluent API)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from pubsub_connect.io.schema_registry import (
+    RegistrySettings,
+    SchemaRegistryClient,
+    SchemaRegistryUnavailable,
+    UnknownSchemaError,
+    settings_from,
+)
+from pubsub_connect.io.services.process import free_port, stop_pid
+from pubsub_connect.io.services.registry import start_registry
+
+RECORD = json.dumps({"type": "record", "name": "Reading", "namespace": "example",
+                     "fields": [{"name": "id", "type": "long"}, {"name": "celsius", "type": "double"}]})
+EVOLVED = json.dumps({"type": "record", "name": "Reading", "namespace": "example",
+                      "fields": [{"name": "id", "type": "long"}, {"name": "celsius", "type": "double"},
+                                 {"name": "site", "type": ["null", "string"], "default": None}]})
+
+
+def test_register_fetch_and_evolve(schema_registry_url: str) -> None:
+    client = SchemaRegistryClient(RegistrySettings((schema_registry_url,)))
+    subject = f"readings-{uuid.uuid4().hex}-value"
+    first = client.register(subject, RECORD)
+    assert client.register(subject, RECORD) == first  # registering again: the same id
+    # ids are the schema's, not the subject's: Confluent's semantics, which the wire format relies on
+    assert client.register(f"other-{uuid.uuid4().hex}-value", RECORD) == first
+    second = client.register(subject, EVOLVED)
+    assert second != first
+    assert json.loads(SchemaRegistryClient(RegistrySettings((schema_registry_url,))).schema(first).text) == \
+        json.loads(RECORD)
+    latest = client.latest(subject)
+    assert (latest.schema_id, latest.subject, latest.version, latest.schema_type) == (second, subject, 2, "AVRO")
+    assert client.lookup(subject, RECORD) == first
+
+
+def test_unknown_id_and_subject_are_the_records_fault(schema_registry_url: str) -> None:
+    client = SchemaRegistryClient(RegistrySettings((schema_registry_url,)))
+    with pytest.raises(UnknownSchemaError) as err:
+        client.schema(987_654_321)
+    assert (err.value.status, err.value.code) == (404, 40403)
+    assert str(err.value).startswith("Schema Registry GET /schemas/ids/987654321: ") and "\n" not in str(err.value)
+    with pytest.raises(UnknownSchemaError):
+        client.latest(f"never-{uuid.uuid4().hex}-value")
+
+
+def test_schemas_by_id_outlive_the_registry_and_a_dead_url_is_passed_over(tmp_path: Path) -> None:
+    """A second URL is tried when the first cannot be reached; once the registry is gone an id seen
+    before still resolves (cached), a new one is a transient error naming every URL."""
+    dead = f"http://127.0.0.1:{free_port()}/apis/ccompat/v7"
+    registry = start_registry(tmp_path / "registry")
+    try:
+        client = SchemaRegistryClient(RegistrySettings((dead, registry.endpoint)))
+        schema_id = client.register("cached-value", RECORD)
+        client.schema(schema_id)
+    finally:
+        stop_pid(registry.pid)
+    assert json.loads(client.schema(schema_id).text) == json.loads(RECORD)
+    with pytest.raises(SchemaRegistryUnavailable) as err:
+        client.schema(schema_id + 1)
+    assert str(err.value).startswith("Schema Registry unreachable (") and dead in str(err.value)
+    assert registry.endpoint in str(err.value)
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Answers every request with schema 1 and remembers its Authorization header (a registry
+    with basic authentication is what this checks the client against, not a registry's logic)."""
+
+    seen: list[str | None] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(self.headers.get("Authorization"))
+        body = json.dumps({"schema": RECORD}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[str]:
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    _Recorder.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_basic_authentication_as_connect_users_configure_it(recorder: str) -> None:
+    user_info = settings_from({"schema.registry.url": recorder, "basic.auth.credentials.source": "USER_INFO",
+                               "basic.auth.user.info": "fred:s3cret"})
+    SchemaRegistryClient(user_info).schema(1)
+    host = recorder.removeprefix("http://")
+    in_url = settings_from({"schema.registry.url": f"http://ann:pw@{host}"})
+    SchemaRegistryClient(in_url).schema(1)
+    assert _Recorder.seen == ["Basic " + base64.b64encode(b"fred:s3cret").decode(),
+                              "Basic " + base64.b64encode(b"ann:pw").decode()]
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({}, "schema.registry.url is required"),
+    ({"schema.registry.url": "http://x", "basic.auth.credentials.source": "USER_INFO"}, "basic.auth.user.info="),
+    ({"schema.registry.url": "http://x", "basic.auth.credentials.source": "SASL_INHERIT"}, "is not supported"),
+])
+def test_settings_errors_are_one_line(keys: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        settings_from(keys)
