@@ -19,6 +19,10 @@ MAP       ``dict`` (keys typed by ``key_schema``) or a list of (key, value) pair
 STRUCT    :class:`Struct`
 ========  =====================================================
 
+Logical types (a schema ``name``, as Connect's ``Decimal``, ``Date``, ``Time`` and ``Timestamp``)
+carry ``decimal.Decimal`` (BYTES) and :class:`JavaDate` (INT32/INT64: Java's ``java.util.Date``,
+milliseconds since the epoch) values, as the Schema Registry converters produce them.
+
 A schemaless value (``schema is None``) is what a converter without schemas yields; its Python
 type determines how it is handled.
 """
@@ -28,6 +32,14 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from typing import Any
+
+#: Connect's logical type names (``org.apache.kafka.connect.data``).
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+DATE = "org.apache.kafka.connect.data.Date"
+TIME = "org.apache.kafka.connect.data.Time"
+TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
+#: The schemas whose values are :class:`JavaDate` rather than numbers.
+DATE_NAMES = frozenset({DATE, TIME, TIMESTAMP})
 
 
 class Type(enum.Enum):
@@ -74,7 +86,9 @@ class Field:
 @dataclass(frozen=True)
 class Schema:
     """A Connect schema. ``fields`` for STRUCT, ``key_schema``/``value_schema`` for MAP,
-    ``value_schema`` for ARRAY. ``name`` carries logical type names (e.g. Decimal) untouched."""
+    ``value_schema`` for ARRAY. ``name`` carries logical type names (e.g. Decimal) untouched;
+    ``parameters`` (Connect's string map, in order) and ``version`` are metadata; ``default`` is
+    what :meth:`Struct.get` gives for a null field of this schema, as Connect's ``Struct.get``."""
 
     type: Type
     optional: bool = False
@@ -82,6 +96,12 @@ class Schema:
     key_schema: Schema | None = None
     value_schema: Schema | None = None
     name: str | None = None
+    parameters: tuple[tuple[str, str], ...] = ()
+    version: int | None = None
+    default: Any = field(default=None, compare=False, hash=False)
+
+    def parameter(self, key: str) -> str | None:
+        return dict(self.parameters).get(key)
 
     def field(self, name: str) -> Field | None:
         for f in self.fields:
@@ -98,7 +118,20 @@ class Struct:
     values: dict[str, Any] = field(default_factory=dict)
 
     def get(self, name: str) -> Any:
-        return self.values.get(name)
+        """The field's value, or its schema's default when it is null (Connect's ``Struct.get``)."""
+        value = self.values.get(name)
+        if value is None:
+            declared = self.schema.field(name)
+            if declared is not None:
+                return declared.schema.default
+        return value
+
+
+@dataclass(frozen=True)
+class JavaDate:
+    """A ``java.util.Date``: what Connect's ``Date``, ``Time`` and ``Timestamp`` values are."""
+
+    millis: int
 
 
 # Convenience singletons for the common primitive schemas.

@@ -35,12 +35,16 @@ import math
 import re
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any, Protocol
 
 from pubsub_connect.model.connect import (
+    DATE,
     WIDTH,
     DataError,
     Field,
+    JavaDate,
     Schema,
     SchemaAndValue,
     Struct,
@@ -129,7 +133,29 @@ def java_text(schema: Schema | None, value: Any) -> str:
         return value
     if isinstance(value, _BYTES_TYPES):
         return bytes(value).decode("utf-8", "replace")
+    if isinstance(value, Decimal):
+        return str(value)  # BigDecimal.toString: the same scientific notation rules
+    if isinstance(value, JavaDate):
+        return java_date_text(value)
     return dump_json(schema, value)
+
+
+def java_date_text(value: JavaDate) -> str:
+    """``java.util.Date.toString()`` in a JVM whose time zone is UTC (a Connect worker's usual
+    one): ``Thu Jan 01 00:00:00 UTC 1970``, the year not zero-padded. *Divergence*: Java prints
+    dates before 1582-10-15 in the Julian calendar, this in the proleptic Gregorian one (Spark's)."""
+    try:
+        moment = datetime.fromtimestamp(value.millis / 1000, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ConverterError(f"date {value.millis} ms is outside the years 1-9999") from None
+    return moment.strftime("%a %b %d %H:%M:%S UTC ") + str(moment.year)
+
+
+def unscaled_bytes(value: Decimal) -> bytes:
+    """A Decimal's unscaled value as ``BigInteger.toByteArray()``: minimal two's complement."""
+    sign, digits, _ = value.as_tuple()
+    unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
+    return unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,6 +208,8 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
         if not isinstance(value, bool):
             raise ConverterError(f"{path or 'value'}: expected boolean, got {type(value).__name__}")
         out.append("true" if value else "false")
+    elif t.is_integer and isinstance(value, JavaDate):  # Date as days, Time and Timestamp as ms
+        out.append(str(value.millis // 86_400_000 if schema.name == DATE else value.millis))
     elif t.is_integer:
         out.append(str(_check_int(t, value, path)))
     elif t is Type.FLOAT32:
@@ -192,6 +220,8 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
         if not isinstance(value, str):
             raise ConverterError(f"{path or 'value'}: expected string, got {type(value).__name__}")
         out.append(_json_string(value))
+    elif t is Type.BYTES and isinstance(value, Decimal):  # JsonConverter's decimal.format=BASE64
+        out.append('"' + base64.b64encode(unscaled_bytes(value)).decode("ascii") + '"')
     elif t is Type.BYTES:
         if not isinstance(value, _BYTES_TYPES):
             raise ConverterError(f"{path or 'value'}: expected bytes, got {type(value).__name__}")
@@ -332,6 +362,12 @@ def _check_str(value: Any, path: str) -> str:
 # --------------------------------------------------------------------------------------------
 # Converters
 # --------------------------------------------------------------------------------------------
+
+
+class ReadsConnect(Protocol):
+    """What a sink needs of a converter: Kafka bytes → Connect schema and value."""
+
+    def to_connect(self, data: bytes | None) -> SchemaAndValue: ...
 
 
 class Converter:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Iterable
+from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.connect import DataError, Schema, Struct, Type
+from pubsub_connect.model.connect import DataError, JavaDate, Schema, Struct, Type
 from pubsub_connect.model.converters import (
-    Converter,
+    ReadsConnect,
     dump_json,
     java_text,
     make_converter,
@@ -70,6 +71,12 @@ def encode_body(schema: Schema | None, value: Any, body_name: str, attributes: d
         else:
             return utf8(java_text(None, value))
     t = schema.type
+    if isinstance(value, (JavaDate, Decimal)):
+        # Google's task fails on these (ClassCastException / "Unexpected value class with BYTES
+        # schema type"): a dead letter here.
+        kind = "Decimal" if isinstance(value, Decimal) else (schema.name or "").rsplit(".", 1)[-1]
+        raise UnsupportedValueError(f"a {kind} value cannot be the message body; "
+                                    "put it in a struct field (an attribute) instead")
     if t.is_integer:
         return _int_bytes(t, value)
     if t is Type.FLOAT32:
@@ -168,10 +175,15 @@ def header_text(data: bytes) -> str:
 class CpsSinkMapper:
     """The reference mapping with its converters built once (they cache parsed JSON schemas)."""
 
-    def __init__(self, settings: CpsSinkSettings) -> None:
+    def __init__(self, settings: CpsSinkSettings, key_converter: ReadsConnect | None = None,
+                 value_converter: ReadsConnect | None = None) -> None:
+        """``key_converter``/``value_converter``: converters that need more than a class name
+        (the Schema Registry's, given their registry); by default the settings' converters."""
         self.settings = settings
-        self.key_converter: Converter = make_converter(settings.key_converter, settings.key_schemas_enable)
-        self.value_converter: Converter = make_converter(settings.value_converter, settings.value_schemas_enable)
+        self.key_converter: ReadsConnect = key_converter or make_converter(settings.key_converter,
+                                                                           settings.key_schemas_enable)
+        self.value_converter: ReadsConnect = value_converter or make_converter(settings.value_converter,
+                                                                               settings.value_schemas_enable)
 
     def map(self, record: KafkaRecord) -> SinkResult:
         """Map one record; raises :class:`DataError` (a subclass) when it cannot be published."""

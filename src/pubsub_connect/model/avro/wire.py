@@ -1,0 +1,37 @@
+"""The Schema Registry wire format: byte 0 (the "magic byte"), the writer schema's id as 4
+big-endian bytes, then the encoded datum (Confluent's serializers; Apicurio's with its Confluent
+id handler). Shared by the per-record reference and the Spark expressions."""
+
+from __future__ import annotations
+
+from pubsub_connect.model.connect import DataError
+
+MAGIC_BYTE = 0
+#: Bytes before the datum.
+HEADER_BYTES = 5
+
+
+class WireFormatError(DataError):
+    """Bytes that are not in the wire format (another magic byte, or too short for the header)."""
+
+    error_class = "WireFormatError"
+
+
+def split_frame(data: bytes) -> tuple[int, bytes]:
+    """(writer schema id, datum) of one framed value."""
+    if not data or data[0] != MAGIC_BYTE or len(data) < HEADER_BYTES:
+        raise WireFormatError(wire_format_message(data[:1] if data[:1] != bytes([MAGIC_BYTE]) else b""))
+    return int.from_bytes(data[1:HEADER_BYTES], "big"), bytes(data[HEADER_BYTES:])
+
+
+def wire_format_message(first: bytes) -> str:
+    """The one line for bytes that are not framed: ``first`` is their first byte (or none)."""
+    if not first:
+        return "Unknown magic byte! (the bytes are too short for the Schema Registry wire format)"
+    return (f"Unknown magic byte! (the first byte is 0x{first[0]:02x}, not 0x00: "
+            "not in the Schema Registry wire format)")
+
+
+def frame(schema_id: int, datum: bytes) -> bytes:
+    """``datum`` framed with its writer schema id."""
+    return bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big") + datum
