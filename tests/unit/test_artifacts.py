@@ -36,11 +36,12 @@ def test_spark_connectors_pair_with_the_installed_pyspark_and_delta() -> None:
     line = ".".join(pyspark.__version__.split(".")[:2])
     delta = {"4.0": "io.delta:delta-spark_2.13:4.0.0", "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
              "4.2": "io.delta:delta-spark_4.2_2.13:4.4.0"}[line]  # each line's tested combination
+    avro = f"org.apache.spark:spark-avro_2.13:{pyspark.__version__}"
     chosen = spark_connectors()
     assert [str(c) for c in chosen.coordinates] == [
-        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}", delta]
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}", delta, avro]
     assert chosen.provided_dirs == (artifacts.pyspark_jars_dir(),)
-    assert [str(c) for c in spark_connectors(kafka=False).coordinates] == [delta]
+    assert [str(c) for c in spark_connectors(kafka=False).coordinates] == [delta, avro]
 
 
 def test_modules_the_runtime_provides_are_recognised(tmp_path: Path) -> None:

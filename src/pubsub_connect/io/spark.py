@@ -213,9 +213,11 @@ def delta_coordinate(spark_line: str, delta_version: str) -> artifacts.Coordinat
 
 
 def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.ArtifactSet:
-    """Spark's Kafka connector and Delta Lake for the installed PySpark: the same coordinates as
-    ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>``
-    (see :func:`delta_coordinate`).
+    """Spark's Kafka connector, Delta Lake and Spark's Avro functions (``from_avro``, which the
+    Schema Registry converters decode with) for the installed PySpark: the same coordinates as
+    ``--packages org.apache.spark:spark-sql-kafka-0-10_2.13:<spark>,io.delta:delta-spark_<x.y>_2.13:<delta>,
+    org.apache.spark:spark-avro_2.13:<spark>`` (see :func:`delta_coordinate`). Databricks
+    runtimes ship all three.
     """
     spark_version = spark_versions.installed_pyspark()
     major_minor = ".".join(spark_version.split(".")[:2])
@@ -224,7 +226,8 @@ def spark_connectors(kafka: bool = True, delta: bool = True) -> artifacts.Artifa
         coordinates.append(artifacts.Coordinate("org.apache.spark", "spark-sql-kafka-0-10_2.13", spark_version))
     if delta:
         coordinates.append(delta_coordinate(major_minor, _delta_version()))
-    name = "spark-" + "-".join(part for part, on in (("kafka", kafka), ("delta", delta)) if on)
+    coordinates.append(artifacts.Coordinate("org.apache.spark", "spark-avro_2.13", spark_version))
+    name = "spark-" + "-".join(part for part, on in (("kafka", kafka), ("delta", delta), ("avro", True)) if on)
     return artifacts.ArtifactSet(name, tuple(coordinates), provided_dirs=(artifacts.pyspark_jars_dir(),))
 
 

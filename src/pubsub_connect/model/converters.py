@@ -809,6 +809,10 @@ CONVERTER_FACTORIES: dict[str, Callable[[bool], Converter]] = {
 
 #: Every accepted converter class name, in the table's order (for config validation).
 KNOWN_CONVERTERS: tuple[str, ...] = tuple(CONVERTER_FACTORIES)
+#: The Schema Registry's Avro converters (Confluent's, and Apicurio's in the same wire format): they
+#: need a registry, so they are built by the pipelines (:mod:`pubsub_connect.model.avro`).
+REGISTRY_AVRO_CONVERTERS: tuple[str, ...] = ("io.confluent.connect.avro.AvroConverter",
+                                             "io.apicurio.registry.utils.converter.AvroConverter")
 
 
 def make_converter(class_name: str, schemas_enable: bool = True) -> Converter:
@@ -843,6 +847,7 @@ __all__ = [
     "KNOWN_HEADER_CONVERTERS",
     "LONG_CONVERTER",
     "NUMBER_CONVERTER_TYPES",
+    "REGISTRY_AVRO_CONVERTERS",
     "SHORT_CONVERTER",
     "STRING_CONVERTER",
     "BooleanConverter",

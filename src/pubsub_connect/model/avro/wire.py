@@ -35,3 +35,9 @@ def wire_format_message(first: bytes) -> str:
 def frame(schema_id: int, datum: bytes) -> bytes:
     """``datum`` framed with its writer schema id."""
     return bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big") + datum
+
+
+class UnknownSchemaIdError(DataError):
+    """The registry has no schema with a record's id: the record's fault (a dead letter)."""
+
+    error_class = "UnknownSchemaError"

@@ -21,6 +21,7 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
+    REGISTRY_AVRO_CONVERTERS,
     STRING_CONVERTER,
 )
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, quote_name
@@ -41,17 +42,25 @@ from pubsub_connect.model.cps_sink.settings import (
 from pubsub_connect.model.frames import utf8_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
+    from pubsub_connect.model.avro.batch import AvroOutcome
+
+    #: A writer schema's text by id (the registry): raises for an id it does not know.
+    SchemaLookup = Callable[[int], str]
+
 #: Converters whose output :func:`to_outbox` maps with Spark column expressions alone.
-_COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER)
+_COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER, *REGISTRY_AVRO_CONVERTERS)
 _COLUMN_VALUE_CONVERTERS = (
     BYTE_ARRAY_CONVERTER,
     STRING_CONVERTER,
     BOOLEAN_CONVERTER,
     *NUMBER_CONVERTER_TYPES,
+    *REGISTRY_AVRO_CONVERTERS,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -160,7 +169,9 @@ class CpsSinkConversion:
     busy cores; applying prebuilt expressions is a handful of calls per step.
     """
 
-    def __init__(self, settings: CpsSinkSettings, *, with_skipped_headers: bool = False) -> None:
+    def __init__(self, settings: CpsSinkSettings, *, with_skipped_headers: bool = False,
+                 schemas: SchemaLookup | None = None) -> None:
+        """``schemas``: the writer schemas by id, for the Schema Registry converters."""
         from pyspark.sql import functions as F
 
         self.settings = settings
@@ -168,14 +179,17 @@ class CpsSinkConversion:
         self._columns: _ColumnOutbox | None = None
         self._classified: list[Column | str] = []
         self._exact: Column | None = None
+        self._registry = _RegistryColumns(settings, schemas) if _uses_registry(settings) else None
         if uses_column_path(settings) or uses_compact_json_path(settings):
-            self._columns = _ColumnOutbox(settings, with_skipped_headers)
+            self._columns = None if self._registry else _ColumnOutbox(settings, with_skipped_headers)
         if uses_compact_json_path(settings):
             self._classified = _classified_columns(settings)
             self._exact = F.col(_JSON_EXACT)
 
     def to_outbox(self, bronze_df: DataFrame, *, classified: bool = False) -> DataFrame:
         """See :func:`to_outbox`."""
+        if self._registry is not None:
+            return self._registry.outbox(bronze_df, self._with_skipped_headers)
         if self._columns is None:
             return self._reference(bronze_df)
         if self._exact is None:
@@ -193,7 +207,7 @@ class CpsSinkConversion:
         rows: the JSON pass is the cost, and both halves of the mapping read them. The reference
         path runs Python per record, so its result is cached.
         """
-        if self._columns is not None and self._exact is None:  # the column path
+        if self._registry is not None or (self._columns is not None and self._exact is None):  # the column path
             return self.to_outbox(bronze_df), None
         if self._exact is not None:  # schemaless JSON
             classified = bronze_df.select(*self._classified)
@@ -211,6 +225,54 @@ class CpsSinkConversion:
                             converted_schema(self._with_skipped_headers), schema_of(KAFKA_BRONZE, columns))
 
 
+def _uses_registry(settings: CpsSinkSettings) -> bool:
+    return settings.key_converter in REGISTRY_AVRO_CONVERTERS or settings.value_converter in REGISTRY_AVRO_CONVERTERS
+
+
+class _RegistryColumns:
+    """The column mapping of the Schema Registry converters, whose expressions depend on the
+    writer schemas a batch holds: their ids are read from the batch first (one small job), each
+    unseen one looked up once, and the mapping built once per set of ids (kept while later
+    batches bring no new one)."""
+
+    def __init__(self, settings: CpsSinkSettings, schemas: SchemaLookup | None):
+        if schemas is None:
+            raise ValueError("the Schema Registry converters need the writer schemas' lookup")
+        self.settings = settings
+        self.lookup = schemas
+        self.known: dict[int, str | Exception] = {}
+        self.built: tuple[tuple[int, ...], bool, _ColumnOutbox] | None = None
+        self.sides = [side for side, name in (("key", settings.key_converter), ("value", settings.value_converter))
+                      if name in REGISTRY_AVRO_CONVERTERS]
+
+    def outbox(self, bronze_df: DataFrame, with_skipped_headers: bool) -> DataFrame:
+        from pubsub_connect.model.avro.batch import framed_outcome, schema_ids
+
+        ids = schema_ids(bronze_df, self.sides)
+        for schema_id in ids:
+            if schema_id not in self.known:
+                self.known[schema_id] = self._writer_schema(schema_id)
+        wanted = tuple(sorted(self.known))
+        if self.built is None or self.built[:2] != (wanted, with_skipped_headers):
+            from pyspark.sql import functions as F
+
+            body_name = self.settings.message_body_name
+            outcomes = {side: framed_outcome(F.col(side), self.known, body_name) for side in self.sides}
+            columns = _ColumnOutbox(self.settings, with_skipped_headers, outcomes.get("key"), outcomes.get("value"))
+            self.built = (wanted, with_skipped_headers, columns)
+        return self.built[2].apply(bronze_df.select(*_mapped_columns(self.settings)))
+
+    def _writer_schema(self, schema_id: int) -> str | Exception:
+        """The schema's text; an id the registry does not know is the records' fault (kept as the
+        reason they are dead-lettered). A registry that cannot be reached raises: transient."""
+        from pubsub_connect.model.connect import DataError
+
+        try:
+            return self.lookup(schema_id)
+        except DataError as exc:
+            return exc
+
+
 def _mapped_columns(settings: CpsSinkSettings) -> list[str]:
     """The bronze columns the mapping reads."""
     columns = ["key", "value", "topic", "partition", "offset", "timestamp"]
@@ -223,7 +285,9 @@ class _ColumnOutbox:
     many times, and Spark does not share work across lambda functions). The expressions are built
     here, once, and :meth:`apply` selects them stage by stage from a frame."""
 
-    def __init__(self, s: CpsSinkSettings, with_skipped_headers: bool) -> None:
+    def __init__(self, s: CpsSinkSettings, with_skipped_headers: bool, key_avro: AvroOutcome | None = None,
+                 value_avro: AvroOutcome | None = None) -> None:
+        """``key_avro``/``value_avro``: the Schema Registry converters' columns of the key/value."""
         from pyspark.sql import functions as F
 
         from pubsub_connect.model.schemas import KAFKA_HEADERS
@@ -232,11 +296,16 @@ class _ColumnOutbox:
         key, value = col("key"), col("value")
 
         # Stage 1: key text, body, value-converter errors, attributes before headers.
-        key_text = F.make_valid_utf8(key.cast("string"))
+        key_text = key_avro.text if key_avro else F.make_valid_utf8(key.cast("string"))
         value_error: Column = F.lit(None).cast("string")
+        value_error_class: Column = F.lit("ConverterError")
         # Number converters produce the same big-endian bytes they read: their body is the input
         # once its length is right.
-        if s.value_converter == STRING_CONVERTER:
+        if value_avro is not None:
+            body = value_avro.body
+            value_error = F.concat(F.lit("value: "), value_avro.error)
+            value_error_class = value_avro.error_class
+        elif s.value_converter == STRING_CONVERTER:
             body = utf8_bytes(F.make_valid_utf8(value.cast("string")))
         elif s.value_converter == JSON_CONVERTER:  # schemaless, records whose compact text is exact
             body = F.coalesce(F.encode(col(_JSON_REWRITTEN), "UTF-8"), value)
@@ -260,17 +329,34 @@ class _ColumnOutbox:
                 F.format_string("value: BooleanConverter: expected byte 00 or 01, got %s", F.lower(F.hex(value))),
             )
 
+        if key_avro is not None:  # the key's converter fails first, as in Connect
+            value_error = F.coalesce(F.concat(F.lit("key: "), key_avro.error), value_error)
+            value_error_class = F.when(key_avro.error.isNotNull(), key_avro.error_class).otherwise(value_error_class)
+
         # The attributes before headers, as plain map functions (code-generated; the higher-order
         # filter/aggregate functions are interpreted per row): a map per condition, concatenated.
         # Their names are distinct, so the concatenation never overwrites. ``_base_bytes`` is their
         # keys' and values' UTF-8 size, known without walking the map.
         string_map = "map<string,string>"
         no_attributes = F.create_map().cast(string_map)
+        ts_ms = F.unix_millis(col("timestamp"))
+        has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
         maps = [F.when(key.isNotNull(), F.create_map(F.lit(KEY_ATTRIBUTE), key_text)).otherwise(no_attributes)]
         sizes = [F.when(key.isNotNull(), len(KEY_ATTRIBUTE) + F.octet_length(key_text)).otherwise(0)]
+        if value_avro is not None:
+            # A record's fields first; the key and metadata attributes set later replace a field of
+            # their name (the original writes them into the same map afterwards).
+            later = [F.when(key.isNotNull(), F.lit(KEY_ATTRIBUTE))]
+            if s.metadata_publish:
+                later += [F.lit(TOPIC_ATTRIBUTE), F.lit(PARTITION_ATTRIBUTE), F.lit(OFFSET_ATTRIBUTE),
+                          F.when(has_ts, F.lit(TIMESTAMP_ATTRIBUTE))]
+            replaced = F.array(*later)
+            fields = F.map_filter(F.coalesce(value_avro.attributes, no_attributes),
+                                  lambda k, v: ~F.coalesce(F.array_contains(replaced, k), F.lit(False)))
+            maps.insert(0, fields)
+            sizes.insert(0, F.aggregate(F.map_entries(fields), F.lit(0).cast("long"),
+                                        lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"])))
         if s.metadata_publish:
-            ts_ms = F.unix_millis(col("timestamp"))
-            has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
             metadata = [
                 (TOPIC_ATTRIBUTE, col("topic")),
                 (PARTITION_ATTRIBUTE, col("partition").cast("string")),
@@ -293,6 +379,7 @@ class _ColumnOutbox:
             key_text.alias("_key_text"),
             F.coalesce(body, F.expr("X''")).alias("_data"),
             value_error.alias("_value_error"),
+            value_error_class.alias("_value_error_class"),
             (maps[0] if len(maps) == 1 else F.map_concat(*maps)).alias("_base"),
             base_bytes.cast("long").alias("_base_bytes"),
         ]
@@ -374,20 +461,22 @@ class _ColumnOutbox:
             "value",
             "_data",
             "_value_error",
+            "_value_error_class",
             attributes.alias("_attributes"),
             attribute_bytes.alias("_attribute_bytes"),
             ordering.alias("_ordering"),
             skipped.cast("int").alias("_skipped"),
         ]
 
-        # Stage 3: nothing to publish, and Pub/Sub's limits. Only the "key" attribute can break one
-        # here: metadata values are short, header names and values are filtered, and there are at
-        # most 5 attributes besides the capped headers.
+        # Stage 3: nothing to publish, and Pub/Sub's limits. Without a record's fields as attributes
+        # only the "key" attribute can break one here: metadata values are short, header names and
+        # values are filtered, and there are at most 5 attributes besides the capped headers.
         data, attrs, ordering_col = col("_data"), col("_attributes"), col("_ordering")
         publishable = (F.octet_length(data) > 0) | (F.size(attrs) > 0)
         key_value_bytes = F.octet_length(F.element_at(attrs, F.lit(KEY_ATTRIBUTE)))
         size = F.octet_length(data) + col("_attribute_bytes") + F.octet_length(ordering_col)
-        limit_error = (
+        limit_error = _field_limit_errors(attrs) if value_avro is not None else F.lit(None).cast("string")
+        limit_error = F.coalesce(limit_error, (
             F.when(
                 key_value_bytes > MAX_ATTRIBUTE_VALUE_BYTES,
                 F.format_string(
@@ -411,12 +500,12 @@ class _ColumnOutbox:
                     size,
                 ),
             )
-        )
+        ))
         self._publishable = publishable
         self._limit_error = F.when(col("_value_error").isNull() & col("_publishable"), limit_error)
 
         error_message = F.coalesce(col("_value_error"), col("_limit_error"))
-        error_class = F.when(col("_value_error").isNotNull(), F.lit("ConverterError")).when(
+        error_class = F.when(col("_value_error").isNotNull(), col("_value_error_class")).when(
             col("_limit_error").isNotNull(), F.lit(PubsubLimitError.error_class)
         )
         ok = error_message.isNull() & col("_publishable")
@@ -445,6 +534,27 @@ class _ColumnOutbox:
         staged = staged.select(*self._stage2)
         staged = staged.withColumn("_publishable", self._publishable)
         return staged.withColumn("_limit_error", self._limit_error).select(*self._out)
+
+
+def _field_limit_errors(attrs: Column) -> Column:
+    """Pub/Sub's limits on attributes that come from a record's fields: their count, then the
+    first name or value over its size, as the reference checks them."""
+    from pyspark.sql import functions as F
+
+    oversized = F.filter(F.map_entries(attrs), lambda e: (F.octet_length(e["key"]) > MAX_ATTRIBUTE_KEY_BYTES)
+                         | (F.octet_length(e["value"]) > MAX_ATTRIBUTE_VALUE_BYTES))
+    first = F.try_element_at(oversized, F.lit(1))
+    quoted = F.to_json(F.array(F.when(F.length(first["key"]) <= 64, first["key"])
+                               .otherwise(F.concat(F.substring(first["key"], 1, 64), F.lit("...")))))
+    name = F.substring(quoted, 2, F.length(quoted) - 2)
+    return (F.when(F.size(attrs) > MAX_ATTRIBUTES, F.format_string(
+        f"message has %d attributes; Pub/Sub allows at most {MAX_ATTRIBUTES}", F.size(attrs)))
+        .when(F.octet_length(first["key"]) > MAX_ATTRIBUTE_KEY_BYTES, F.format_string(
+            f"attribute key %s is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_KEY_BYTES}",
+            name, F.octet_length(first["key"])))
+        .when(first.isNotNull(), F.format_string(
+            f"attribute %s value is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_VALUE_BYTES}",
+            name, F.octet_length(first["value"]))))
 
 
 class _ArrowMapper:

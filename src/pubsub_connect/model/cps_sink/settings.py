@@ -12,6 +12,7 @@ from pubsub_connect.model.connect import DataError
 from pubsub_connect.model.converters import (
     DEFAULT_CONVERTER,
     KNOWN_CONVERTERS,
+    REGISTRY_AVRO_CONVERTERS,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ class CpsSinkSettings:
                 f"orderingKeySource must be one of {', '.join(ORDERING_KEY_SOURCES)}, got {self.ordering_key_source!r}"
             )
         for name in (self.key_converter, self.value_converter):
-            if name not in KNOWN_CONVERTERS:
+            if name not in KNOWN_CONVERTERS and name not in REGISTRY_AVRO_CONVERTERS:
                 raise ValueError(f"unsupported converter {name!r}; supported: {', '.join(KNOWN_CONVERTERS)}")
 
 

@@ -1,0 +1,165 @@
+"""The Schema Registry Avro converters on the JVM path: the convert stage's column mapping gives
+the per-record reference's messages and dead letters for every record of an Avro corpus (several
+writer schemas in one batch, keys in Avro too), with no Python per record."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from pubsub_connect.model.avro.reference import RegistryAvroConverter
+from pubsub_connect.model.avro.wire import UnknownSchemaIdError, frame
+from pubsub_connect.model.connect import DataError
+from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
+from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
+from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
+from unit.test_avro_reference import READING, READING_VALUE, encode
+from unit.test_cps_sink_batch import batch_rows, bronze
+
+AVRO = "io.confluent.connect.avro.AvroConverter"
+APICURIO = "io.apicurio.registry.utils.converter.AvroConverter"
+STRING = "org.apache.kafka.connect.storage.StringConverter"
+
+EVOLVED = {**READING, "fields": [*READING["fields"], {"name": "site", "type": "string", "default": "x"}]}
+NESTED = {"type": "record", "name": "Outer", "fields": [{"name": "a", "type": "int"}, {
+    "name": "inner", "type": {"type": "record", "name": "Inner", "fields": [{"name": "x", "type": "int"}]}}]}
+EVERYTHING = {
+    "type": "record", "name": "Everything", "namespace": "corpus", "fields": [
+        {"name": "i8", "type": {"type": "int", "connect.type": "int8"}},
+        {"name": "i", "type": "int"}, {"name": "l", "type": "long"}, {"name": "f", "type": "float"},
+        {"name": "d", "type": "double"}, {"name": "b", "type": "boolean"}, {"name": "s", "type": "string"},
+        {"name": "raw", "type": "bytes"}, {"name": "hash", "type": {"type": "fixed", "name": "Hash", "size": 2}},
+        {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "small", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 4}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "clock", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "micros", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}},
+        {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "longs", "type": {"type": "array", "items": "long"}},
+        {"name": "words", "type": {"type": "array", "items": "string"}},
+        {"name": "points", "type": {"type": "array", "items": {"type": "record", "name": "P", "fields": [
+            {"name": "x", "type": "double"}, {"name": "tag", "type": ["null", "string"]}]}}},
+        {"name": "maybe", "type": ["null", "long"]},
+        {"name": "body", "type": ["null", "string"]},
+    ]}
+
+
+def everything(n: int) -> dict[str, Any]:
+    return {"i8": -n % 100, "i": n * 7 - 50, "l": n * 10**12, "f": n / 3, "d": n * 1e-9, "b": n % 2 == 0,
+            "s": f"s-{n} \"q\" é 😀", "raw": bytes([n % 256, 0xff]), "hash": bytes([n % 256, 1]),
+            "color": "GREEN" if n % 2 else "RED", "small": Decimal(n * 13 - 40).scaleb(-4),
+            "day": n * 1000 - 20_000, "clock": n * 1000, "at": 1_700_000_000_000 + n, "micros": n * 1_000_001,
+            "local": n, "id": f"00000000-0000-0000-0000-{n:012d}", "longs": list(range(n % 4)),
+            "words": ["a", f"w{n}"][: n % 3], "points": [{"x": n / 2, "tag": None if n % 2 else "t"}],
+            "maybe": None if n % 3 == 0 else n, "body": None if n % 5 == 0 else f"body-{n}"}
+
+
+SCHEMAS = {1: READING, 2: EVOLVED, 3: NESTED, 4: "string", 5: ["int", "string"], 6: EVERYTHING,
+           7: {"type": "array", "items": "int"}, 8: {"type": "map", "values": "long"}, 9: "bytes",
+           10: {"type": "long", "logicalType": "timestamp-millis"}}
+
+
+def values() -> list[bytes | None]:
+    """Every kind of framed value, and bytes that are not."""
+    out: list[bytes | None] = [
+        encode(READING, READING_VALUE, 1),
+        encode(EVOLVED, {**READING_VALUE, "site": "lab", "note": "n"}, 2),
+        encode(NESTED, {"a": 1, "inner": {"x": 2}}, 3),
+        encode("string", "just text", 4),
+        encode(["int", "string"], 42, 5),
+        encode(["int", "string"], "forty-two", 5),
+        encode({"type": "array", "items": "int"}, [1, -2, 300], 7),
+        encode({"type": "map", "values": "long"}, {"body": 5, "other": 6}, 8),
+        frame(9, b"raw bytes \x00\xff"),
+        encode({"type": "long", "logicalType": "timestamp-millis"}, 5, 10),
+        frame(1, b"\x0e"),                          # truncated
+        frame(99, b"\x02"),                         # an id the registry does not know
+        b'{"not": "framed"}',                        # another magic byte
+        b"\x00\x00",                                 # too short
+        None,                                        # a tombstone
+    ]
+    out += [encode(EVERYTHING, everything(n), 6) for n in range(1, 31)]
+    return out
+
+
+def records(keys: list[bytes | None] | None = None) -> list[KafkaRecord]:
+    framed = values()
+    keys = keys or [f"k{i}".encode() if i % 4 else None for i in range(len(framed))]
+    return [KafkaRecord(keys[i % len(keys)], v, "avro-topic", i % 3, i, 1_700_000_000_000 + i, ())
+            for i, v in enumerate(framed)]
+
+
+def lookup(schema_id: int) -> str:
+    if schema_id not in SCHEMAS:
+        raise UnknownSchemaIdError(f"no schema with id {schema_id} in the Schema Registry")
+    return json.dumps(SCHEMAS[schema_id])
+
+
+def reference_rows(rows: list[KafkaRecord], settings: CpsSinkSettings) -> dict[int, tuple]:
+    avro = RegistryAvroConverter(lookup)
+    mapper = CpsSinkMapper(settings, key_converter=avro if settings.key_converter in (AVRO, APICURIO) else None,
+                           value_converter=avro)
+    out = {}
+    for r in rows:
+        try:
+            result = mapper.map(r)
+        except DataError as e:
+            out[r.offset] = (None, None, None, r.topic, r.partition, r.key, r.value, e.error_class, str(e), None)
+            continue
+        m = result.message
+        message = (None, None, None) if m is None else (m.data, m.attributes, m.ordering_key)
+        out[r.offset] = (*message, r.topic, r.partition, None, None, None, None, result.skipped_headers)
+    return out
+
+
+SETTINGS = {
+    "body-field": CpsSinkSettings(key_converter=STRING, value_converter=AVRO, message_body_name="name"),
+    "metadata-key-ordering": CpsSinkSettings(key_converter=STRING, value_converter=APICURIO, metadata_publish=True,
+                                             ordering_key_source="key", message_body_name="body"),
+}
+
+
+def compare(actual: dict[int, tuple], expected: dict[int, tuple]) -> None:
+    assert sorted(actual) == sorted(expected)
+    for offset, row in expected.items():
+        got = actual[offset]
+        if row[7] == "AvroDataError":  # the JVM cannot say where the bytes stop decoding: the class only
+            assert got[:8] == row[:8] and got[8].startswith("value: the bytes do not decode with writer schema"), \
+                offset
+            continue
+        assert got == row, f"offset {offset}"
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_the_jvm_path_gives_the_references_messages(spark: Any, name: str) -> None:
+    settings = SETTINGS[name]
+    rows = records()
+    actual = batch_rows(CpsSinkConversion(settings, with_skipped_headers=True, schemas=lookup)
+                        .to_outbox(bronze(spark, rows)))
+    expected = reference_rows(rows, settings)
+    compare(actual, expected)
+    classes = sorted({r[7] for r in expected.values() if r[7]})
+    assert classes == ["AvroDataError", "UnknownSchemaError", "UnsupportedValueError", "WireFormatError"]
+    assert sum(1 for r in expected.values() if r[0] is not None) >= 35
+
+
+def test_avro_keys(spark: Any) -> None:
+    keys = [encode(READING, {**READING_VALUE, "id": n}, 1) for n in range(5)] + [None, b"\x01bad"]
+    settings = CpsSinkSettings(key_converter=AVRO, value_converter=AVRO, ordering_key_source="key")
+    rows = records(keys)
+    actual = batch_rows(CpsSinkConversion(settings, with_skipped_headers=True, schemas=lookup)
+                        .to_outbox(bronze(spark, rows)))
+    compare(actual, reference_rows(rows, settings))
+    keyed = [r for r in actual.values() if r[1] and "key" in r[1]]
+    assert keyed and all(r[1]["key"].startswith('{"id":') for r in keyed)
+
+
+def test_no_python_per_record(spark: Any) -> None:
+    plan = (CpsSinkConversion(SETTINGS["body-field"], schemas=lookup).to_outbox(bronze(spark, records()))
+            ._jdf.queryExecution().executedPlan().toString())
+    assert not [node for node in ("MapInArrow", "PythonUDF", "BatchEvalPython", "ArrowEvalPython") if node in plan]
