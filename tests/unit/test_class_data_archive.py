@@ -120,7 +120,7 @@ def test_jars_reports_a_failed_build_in_one_line_and_still_succeeds(monkeypatch:
     monkeypatch.setattr(archive, "ensure_built", fail)
 
     assert cli.main(["jars"]) == 0
-    assert built_for == [["/cache/spark-kafka-delta.jar"]]  # the engine's jars, not the broker's
+    assert built_for == [["/cache/spark-kafka-delta-avro.jar"]]  # the engine's jars, not the broker's
     assert capsys.readouterr().out.splitlines()[-1] == (
         "class-data archive: the write step failed (exit 1): no space left on device; "
         "local sessions start without it")

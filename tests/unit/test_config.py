@@ -238,3 +238,47 @@ def test_cli_validate_bad_file_exits_nonzero_with_one_line() -> None:
     assert (
         lines[0].startswith("error: ") and "maxBufferBytes" in lines[0] and "Traceback" not in result.stderr
     )
+
+
+AVRO_SINK = {"name": "avro", "connector.class": "CloudPubSubSinkConnector", "topics": "t", "cps.project": "p",
+             "cps.topic": "t", "value.converter": "io.confluent.connect.avro.AvroConverter"}
+
+
+def test_the_schema_registry_converter_keys_as_connect_users_write_them(capsys: pytest.CaptureFixture[str],
+                                                                        tmp_path: Path) -> None:
+    raw = AVRO_SINK | {"value.converter.schema.registry.url": "http://r1:8081,http://r2:8081",
+                       "value.converter.basic.auth.credentials.source": "USER_INFO",
+                       "value.converter.basic.auth.user.info": "fred:s3cret-pw"}
+    config = cfg.validate_connector(raw, "avro.properties")
+    assert config.get("value.converter.basic.auth.user.info") == "fred:s3cret-pw"
+    assert config.effective()["value.converter.basic.auth.user.info"] == MASK
+    assert config.get("value.converter.value.subject.name.strategy") == \
+        "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+    path = tmp_path / "avro.properties"
+    path.write_text("".join(f"{k}={v}\n" for k, v in raw.items()))
+    assert main(["validate", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "value.converter=io.confluent.connect.avro.AvroConverter" in out and "s3cret-pw" not in out
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({}, "avro.properties: value.converter=AvroConverter needs value.converter.schema.registry.url"),
+    ({"value.converter.schema.registry.url": "http://r", "value.converter.basic.auth.credentials.source": "USER_INFO"},
+     "needs value.converter.basic.auth.user.info=<user>:<password>"),
+    ({"value.converter.schema.registry.url": "http://r", "connector.class": "PubSubLiteSinkConnector",
+      "pubsublite.project": "p", "pubsublite.location": "l", "pubsublite.topic": "t"},
+     "value.converter=AvroConverter is not supported by PubSubLiteSinkConnector"),
+])
+def test_schema_registry_converter_errors_are_one_line(extra: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:
+        cfg.validate_connector(AVRO_SINK | extra, "avro.properties")
+    assert "\n" not in str(err.value)
+
+
+def test_apicurios_converter_is_the_same_thing() -> None:
+    from pubsub_connect.pipelines.writer_schemas import registry_settings
+
+    config = cfg.validate_connector(AVRO_SINK | {
+        "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
+        "value.converter.apicurio.registry.url": "http://127.0.0.1:8080/apis/registry/v2"}, "a.properties")
+    assert registry_settings(config, "value").urls == ("http://127.0.0.1:8080/apis/ccompat/v7",)

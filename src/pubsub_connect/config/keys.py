@@ -19,6 +19,7 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     KNOWN_CONVERTERS,
     KNOWN_HEADER_CONVERTERS,
+    REGISTRY_AVRO_CONVERTERS,
     SIMPLE_HEADER_CONVERTER,
 )
 
@@ -95,6 +96,43 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
     return Key(name, type_, default, doc, **kw)
 
 
+#: Every ``key.converter`` / ``value.converter`` a connector file may name.
+CONVERTERS: tuple[str, ...] = (*KNOWN_CONVERTERS, *REGISTRY_AVRO_CONVERTERS)
+TOPIC_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
+
+
+def registry_converter_keys(side: str, defaults: bool = True) -> tuple[Key, ...]:
+    """The Schema Registry converters' own keys under ``<side>.converter.``, named and meant as
+    Confluent's (``defaults=False``: the worker's keys, which only give connectors defaults)."""
+    prefix = f"{side}.converter."
+
+    def d(value: Any) -> Any:
+        return value if defaults else None
+
+    return (
+        _k(prefix + "schema.registry.url", "string", None, "Schema Registry converters: the registry's URLs "
+           "(comma separated; one that cannot be reached is passed over)."),
+        _k(prefix + "basic.auth.credentials.source", "enum", d("URL"), "Schema Registry converters: where the "
+           "registry's basic authentication comes from: USER_INFO (basic.auth.user.info) or URL (user:password@ in "
+           "the URL).", choices=("URL", "USER_INFO"), case_insensitive=True),
+        _k(prefix + "basic.auth.user.info", "password", None, "Schema Registry converters: <user>:<password>.",
+           secret=True),
+        _k(prefix + "schema.registry.ssl.truststore.location", "string", None,
+           "Schema Registry converters: the CA certificates (PEM) to trust for an https registry."),
+        _k(prefix + "auto.register.schemas", "boolean", d(True), "Schema Registry converters, source connectors: "
+           "register the written schema under its subject."),
+        _k(prefix + "use.latest.version", "boolean", d(False), "Schema Registry converters, source connectors: "
+           "write with the subject's latest version."),
+        _k(prefix + f"{side}.subject.name.strategy", "class", d(TOPIC_NAME_STRATEGY),
+           "Schema Registry converters: the subject a schema is registered under."),
+        _k(prefix + "apicurio.registry.url", "string", None, "Apicurio's AvroConverter: the registry's "
+           "/apis/registry/v2 (or v3) URL; its Confluent API (/apis/ccompat/v7) is used."),
+    )
+
+
+REGISTRY_CONVERTER_KEYS: tuple[Key, ...] = registry_converter_keys("key") + registry_converter_keys("value")
+
+
 #: ``pipeline.mode``: how a connector's work is split into streaming queries.
 PIPELINE_MODES = ("staged", "fused")
 PIPELINE_MODE_DOC = ("staged: three stages per connector (ingest or pull, convert, publish or produce) handing "
@@ -112,14 +150,15 @@ COMMON_KEYS: tuple[Key, ...] = (
        "publish, puller threads of the Cloud Pub/Sub source, and the session's shuffle partitions (convert's "
        "joins) in run and the jobs unless spark.sql.shuffle.partitions is set (largest tasks.max of a run).",
        min=1),
-    _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=KNOWN_CONVERTERS),
-    _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=KNOWN_CONVERTERS),
+    _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=CONVERTERS),
+    _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=CONVERTERS),
     _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers. Pub/Sub sink: header "
        "values become attributes as their UTF-8 text under each. Lite source: SimpleHeaderConverter writes "
        "Base64 text of the attribute bytes (as Connect does), ByteArrayConverter the bytes.",
        choices=KNOWN_HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", True, "JsonConverter: keys use the schema envelope."),
     _k("value.converter.schemas.enable", "boolean", True, "JsonConverter: values use the schema envelope."),
+    *REGISTRY_CONVERTER_KEYS,
     _k("errors.tolerance", "enum", "none", "none: stop at the first bad record; all: dead-letter it.",
        choices=("none", "all")),
     _k("errors.deadletterqueue.topic.name", "string", "",
@@ -312,11 +351,13 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("rest.basic.auth.credentials.file", "string", None,
        "pubsub-connect worker: user=password lines; when set, every REST request needs HTTP basic "
        "authentication as one of these users."),
-    _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=KNOWN_CONVERTERS),
-    _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=KNOWN_CONVERTERS),
+    _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
+    _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS),
     _k("header.converter", "enum", None, "Default header.converter for connectors.", choices=KNOWN_HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", None, "Default for connectors."),
     _k("value.converter.schemas.enable", "boolean", None, "Default for connectors."),
+    *registry_converter_keys("key", defaults=False),
+    *registry_converter_keys("value", defaults=False),
 )
 
 WORKER_PREFIXES = ("spark.", "consumer.", "producer.", "admin.")
@@ -333,4 +374,5 @@ WORKER_IGNORED = frozenset({
 
 # Keys a worker may give connectors as defaults (Kafka Connect semantics).
 INHERITED_BY_CONNECTORS = ("pipeline.mode", "key.converter", "value.converter", "header.converter",
-                           "key.converter.schemas.enable", "value.converter.schemas.enable")
+                           "key.converter.schemas.enable", "value.converter.schemas.enable",
+                           *(key.name for key in REGISTRY_CONVERTER_KEYS))

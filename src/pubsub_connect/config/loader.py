@@ -40,6 +40,7 @@ from pubsub_connect.config.keys import (
 )
 from pubsub_connect.config.properties import read_properties
 from pubsub_connect.config.providers import DEFAULT_PROVIDERS, ConfigProviders
+from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 
 log = logging.getLogger(__name__)
 
@@ -245,11 +246,37 @@ def _cross_checks(config: ConnectorConfig) -> None:
         bucket, path = config.get("s3.bucket"), config.get("output.path")
         if bool(bucket) == bool(path):
             raise ConfigError(f"{source}: set exactly one of s3.bucket (S3) or output.path (local or /Volumes)")
+    _registry_checks(config)
     if config.kind in (CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE):
         for key in ("gcp.credentials.file.path",):
             path = config.get(key)
             if path and not Path(path).is_file():
                 raise ConfigError(f"{source}: {key}={path!r} does not name a readable file")
+
+
+#: The connectors whose data model reads and writes the Schema Registry converters' data.
+REGISTRY_CONNECTORS = (CPS_SINK,)
+
+
+def _registry_checks(config: ConnectorConfig) -> None:
+    """A Schema Registry converter needs its registry's URL, and a connector that handles its data."""
+    for side in ("key", "value"):
+        converter = config.get(f"{side}.converter")
+        if converter not in REGISTRY_AVRO_CONVERTERS:
+            continue
+        short = converter.rsplit(".", 1)[-1]
+        if config.kind not in REGISTRY_CONNECTORS:
+            raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
+                              f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
+                              "Pub/Sub sink)")
+        if not (config.get(f"{side}.converter.schema.registry.url")
+                or config.get(f"{side}.converter.apicurio.registry.url")):
+            raise ConfigError(f"{config.source}: {side}.converter={short} needs "
+                              f"{side}.converter.schema.registry.url (the Schema Registry's URL)")
+        if config.get(f"{side}.converter.basic.auth.credentials.source") == "USER_INFO" and \
+                ":" not in str(config.get(f"{side}.converter.basic.auth.user.info") or ""):
+            raise ConfigError(f"{config.source}: {side}.converter.basic.auth.credentials.source=USER_INFO needs "
+                              f"{side}.converter.basic.auth.user.info=<user>:<password>")
 
 
 def load(connector_files: list[str | Path], worker_file: str | Path | None = None,

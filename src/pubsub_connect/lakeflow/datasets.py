@@ -194,11 +194,16 @@ def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: Str
 
 
 def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.model.cps_sink.batch import to_outbox
+    from pubsub_connect.model.cps_sink.batch import to_outbox, uses_registry
     from pubsub_connect.pipelines.cps_sink import sink_settings, split_pubsub_outbox
 
-    bronze = _define_kafka_bronze(graph, config)
     settings = sink_settings(config)
+    if uses_registry(settings):
+        # Their column mapping is built from the writer schemas each micro-batch holds, which a
+        # pipeline's streaming view cannot look at before it runs.
+        raise ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
+                              "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
+    bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))
     _define_sink_tables(graph, config, view, split_pubsub_outbox, PUBSUB_OUTBOX)

@@ -179,7 +179,7 @@ class CpsSinkConversion:
         self._columns: _ColumnOutbox | None = None
         self._classified: list[Column | str] = []
         self._exact: Column | None = None
-        self._registry = _RegistryColumns(settings, schemas) if _uses_registry(settings) else None
+        self._registry = _RegistryColumns(settings, schemas) if uses_registry(settings) else None
         if uses_column_path(settings) or uses_compact_json_path(settings):
             self._columns = None if self._registry else _ColumnOutbox(settings, with_skipped_headers)
         if uses_compact_json_path(settings):
@@ -225,7 +225,8 @@ class CpsSinkConversion:
                             converted_schema(self._with_skipped_headers), schema_of(KAFKA_BRONZE, columns))
 
 
-def _uses_registry(settings: CpsSinkSettings) -> bool:
+def uses_registry(settings: CpsSinkSettings) -> bool:
+    """True when a key or value converter is a Schema Registry one (their mapping needs the schemas)."""
     return settings.key_converter in REGISTRY_AVRO_CONVERTERS or settings.value_converter in REGISTRY_AVRO_CONVERTERS
 
 

@@ -33,6 +33,8 @@ from collections.abc import Iterator
 TRANSIENT_TYPES = frozenset({
     # Python
     "ConnectionError", "TimeoutError", "KafkaUnreachableError",
+    # ours: no URL of a Schema Registry converter's schema.registry.url answered (io.schema_registry)
+    "SchemaRegistryUnavailable",
     # ours: a staged stage waiting for its connector's hand-over from the fused mode (pipelines.modes)
     "HandOverPendingError",
     # google.api_core.exceptions
@@ -48,8 +50,8 @@ TRANSIENT_TYPES = frozenset({
 #: Exception type names a restart cannot fix: bad records, bad configuration, missing resources,
 #: refused credentials or permissions, lost Kafka data.
 PERMANENT_TYPES = frozenset({
-    # ours (model, config, io)
-    "DataError", "ConfigError", "KafkaOptionsError", "KafkaDataLossError", "KafkaLoginError",
+    # ours (model, config, io); SchemaRegistryError: the registry refused the connector (401, 403, …)
+    "DataError", "ConfigError", "KafkaOptionsError", "KafkaDataLossError", "KafkaLoginError", "SchemaRegistryError",
     # Python (KafkaLoginError is one; PermissionError is an OSError, which is otherwise looked at by errno)
     "PermissionError",
     # google.api_core.exceptions

@@ -1,0 +1,88 @@
+"""The Cloud Pub/Sub sink with Confluent's AvroConverter, end to end: records written by
+Confluent's own Python serializer against a real Schema Registry (Apicurio Registry's Confluent
+API), two writer schemas in one topic, bad records beside them, through Kafka, bronze and the
+data model to the Pub/Sub emulator."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from e2e.harness import context, run_once, sink_config
+from integration.kafka_helpers import Rec, create_topic, produce
+from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
+from pubsub_connect.io.tables import TableRef
+
+pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
+
+ORDER = """{"type": "record", "name": "Order", "namespace": "shop", "fields": [
+  {"name": "id", "type": "long"},
+  {"name": "name", "type": "string"},
+  {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+  {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+  {"name": "color", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+  {"name": "tags", "type": {"type": "array", "items": "string"}},
+  {"name": "note", "type": ["null", "string"], "default": null}]}"""
+#: The same record with one more field: a second writer schema in the topic.
+ORDER_V2 = ORDER[:-2] + """,
+  {"name": "site", "type": "string", "default": "main"}]}"""
+
+
+def order(n: int) -> dict:
+    return {"id": n, "name": f"order-{n}", "price": Decimal(f"{n}.25"), "day": datetime.date(2024, 2, n % 28 + 1),
+            "color": "GREEN" if n % 2 else "RED", "tags": ["a", f"t{n}"], "note": None if n % 3 else f"n{n}"}
+
+
+def expected_attributes(n: int, key: str, site: str | None = None) -> dict[str, str]:
+    """Google's sink: every field but the body as Java's text (a date as java.util.Date in UTC,
+    the decimal as BigDecimal, the array as compact JSON), null fields left out, then the key."""
+    day = datetime.datetime.combine(datetime.date(2024, 2, n % 28 + 1), datetime.time())
+    out = {"id": str(n), "price": f"{n}.25", "day": day.strftime("%a %b %d 00:00:00 UTC %Y"),
+           "color": "GREEN" if n % 2 else "RED", "tags": f'["a","t{n}"]', "key": key}
+    if n % 3 == 0:
+        out["note"] = f"n{n}"
+    if site is not None:
+        out["site"] = site
+    return out
+
+
+@pytest.mark.parametrize("mode", ["staged", "fused"])
+def test_avro_records_reach_pubsub_as_googles_sink_publishes_them(
+        spark, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, unique_name: str, mode: str) -> None:
+    create_topic(kafka_bootstrap, unique_name)
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    context_of_value = SerializationContext(unique_name, MessageField.VALUE)
+    first = AvroSerializer(registry, ORDER)
+    second = AvroSerializer(registry, ORDER_V2)
+    records = [Rec(first(order(n), context_of_value), key=f"k{n}".encode()) for n in range(1, 11)]
+    records += [Rec(second({**order(n), "site": f"s{n}"}, context_of_value), key=f"k{n}".encode())
+                for n in range(11, 16)]
+    records += [Rec(b'{"not": "avro"}', key=b"bad-1"), Rec(b"\x00\x7f\xff\xff\xf0\x02", key=b"bad-2")]
+    produce(kafka_bootstrap, unique_name, records)
+    _, subscription = create_topic_and_subscription(unique_name)
+    connector = sink_config(unique_name, unique_name, unique_name, **{
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": schema_registry_url,
+        "messageBodyName": "name", "errors.tolerance": "all", "pipeline.mode": mode})
+    run_once(spark, kafka_bootstrap, tmp_path, connector)
+
+    got = {m.data: dict(m.attributes) for m in pull_all(subscription, 15, timeout=60)}
+    expected = {f"order-{n}".encode(): expected_attributes(n, f"k{n}") for n in range(1, 11)}
+    expected |= {f"order-{n}".encode(): expected_attributes(n, f"k{n}", f"s{n}") for n in range(11, 16)}
+    assert got == expected
+    assert_no_more_messages(subscription)
+
+    dlq = context(spark, kafka_bootstrap, tmp_path).store.read(TableRef("dlq", unique_name)).orderBy("offset")
+    assert [(r.offset, r.key, r.error_class) for r in dlq.collect()] == [
+        (15, b"bad-1", "WireFormatError"), (16, b"bad-2", "UnknownSchemaError")]
+    messages = [r.error_message for r in dlq.collect()]
+    assert messages[0] == ("value: Unknown magic byte! (the first byte is 0x7b, not 0x00: not in the Schema "
+                           "Registry wire format)")
+    assert messages[1].startswith("value: Schema Registry GET /schemas/ids/2147483632: ") and "40403" in messages[1]
