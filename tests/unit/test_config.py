@@ -282,3 +282,9 @@ def test_apicurios_converter_is_the_same_thing() -> None:
         "value.converter": "io.apicurio.registry.utils.converter.AvroConverter",
         "value.converter.apicurio.registry.url": "http://127.0.0.1:8080/apis/registry/v2"}, "a.properties")
     assert registry_settings(config, "value").urls == ("http://127.0.0.1:8080/apis/ccompat/v7",)
+
+
+def test_the_avro_example_validates() -> None:
+    (connector,) = cfg.load([FIXTURES / "cps-sink-avro.properties"], FIXTURES / "worker.properties").connectors
+    assert (connector.kind, connector.get("value.converter"), connector.get("value.converter.schema.registry.url")) \
+        == ("cps_sink", "io.confluent.connect.avro.AvroConverter", "http://127.0.0.1:8081/apis/ccompat/v7")

@@ -40,6 +40,7 @@ TIME = "org.apache.kafka.connect.data.Time"
 TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
 #: The schemas whose values are :class:`JavaDate` rather than numbers.
 DATE_NAMES = frozenset({DATE, TIME, TIMESTAMP})
+MILLIS_PER_DAY = 86_400_000
 
 
 class Type(enum.Enum):

@@ -41,6 +41,7 @@ from typing import Any, Protocol
 
 from pubsub_connect.model.connect import (
     DATE,
+    MILLIS_PER_DAY,
     WIDTH,
     DataError,
     Field,
@@ -209,7 +210,7 @@ def _write_json(schema: Schema | None, value: Any, out: list[str], path: str) ->
             raise ConverterError(f"{path or 'value'}: expected boolean, got {type(value).__name__}")
         out.append("true" if value else "false")
     elif t.is_integer and isinstance(value, JavaDate):  # Date as days, Time and Timestamp as ms
-        out.append(str(value.millis // 86_400_000 if schema.name == DATE else value.millis))
+        out.append(str(value.millis // MILLIS_PER_DAY if schema.name == DATE else value.millis))
     elif t.is_integer:
         out.append(str(_check_int(t, value, path)))
     elif t is Type.FLOAT32:

@@ -14,7 +14,8 @@ their text is built from the number. Then, by the writer schema's Connect schema
   ``toString`` text (:func:`~pubsub_connect.model.converters.java_text`: numbers, ``BigDecimal``,
   ``java.util.Date`` in UTC, and compact JSON for arrays, maps and records);
 - the error of a record Google's task fails on: a nested record, map or union among a record's
-  fields (fixed per writer schema), a logical value as the body, a null array element; and of
+  fields (fixed per writer schema), a null array element (a logical value as the body is its base
+  type's bytes, as JSON's are: README, "Differences"); and of
   bytes that are not framed, name an unknown id or do not decode (``from_avro`` in ``PERMISSIVE``
   mode: a record that does not decode comes out with its required fields null).
 
@@ -305,11 +306,8 @@ def body_col(schema: Schema, value: Column) -> tuple[Column, Column]:
     from pyspark.sql import functions as F
 
     none = F.lit(None).cast("string")
-    name = schema.name
-    if name == DECIMAL or name in DATE_NAMES:
-        kind = name.rsplit(".", 1)[-1]
-        return F.lit(b""), F.lit(f"a {kind} value cannot be the message body; put it in a struct field "
-                                 "(an attribute) instead")
+    if schema.name == DECIMAL:  # its unscaled bytes (the base type's), as JSON's Decimal
+        return _two_complement(F.regexp_replace(value.cast("string"), "[.]", "").cast("decimal(38,0)")), none
     t = schema.type
     if t.is_integer:
         digits = {Type.INT8: 2, Type.INT16: 4, Type.INT32: 8, Type.INT64: 16}[t]

@@ -35,6 +35,7 @@ from pubsub_connect.model.avro.wire import split_frame
 from pubsub_connect.model.connect import (
     DATE,
     DECIMAL,
+    MILLIS_PER_DAY,
     TIME,
     TIMESTAMP,
     DataError,
@@ -45,8 +46,6 @@ from pubsub_connect.model.connect import (
     Type,
 )
 from pubsub_connect.model.converters import to_float32
-
-MILLIS_PER_DAY = 86_400_000
 
 
 class AvroDataError(DataError):

@@ -12,13 +12,14 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.connect import DataError, JavaDate, Schema, Struct, Type
+from pubsub_connect.model.connect import DATE, MILLIS_PER_DAY, DataError, JavaDate, Schema, Struct, Type
 from pubsub_connect.model.converters import (
     ReadsConnect,
     dump_json,
     java_text,
     make_converter,
     to_float32,
+    unscaled_bytes,
     utf8,
 )
 from pubsub_connect.model.cps_sink.settings import (
@@ -71,12 +72,12 @@ def encode_body(schema: Schema | None, value: Any, body_name: str, attributes: d
         else:
             return utf8(java_text(None, value))
     t = schema.type
-    if isinstance(value, (JavaDate, Decimal)):
-        # Google's task fails on these (ClassCastException / "Unexpected value class with BYTES
-        # schema type"): a dead letter here.
-        kind = "Decimal" if isinstance(value, Decimal) else (schema.name or "").rsplit(".", 1)[-1]
-        raise UnsupportedValueError(f"a {kind} value cannot be the message body; "
-                                    "put it in a struct field (an attribute) instead")
+    # Logical values (Google's task fails on them) as their base type's bytes, as JSON's are:
+    # a Date as its INT32 days, Time and Timestamp as milliseconds, a Decimal as its unscaled bytes.
+    if isinstance(value, JavaDate):
+        return _int_bytes(t, value.millis // MILLIS_PER_DAY if schema.name == DATE else value.millis)
+    if isinstance(value, Decimal):
+        return unscaled_bytes(value)
     if t.is_integer:
         return _int_bytes(t, value)
     if t is Type.FLOAT32:
