@@ -26,6 +26,14 @@ sides' wall time, not their CPU time), so the ratio is taken from it; wall-clock
 reported too. A *scan floor* — the cached input written to ``noop`` without conversion — shows
 what reading the input alone costs the batch side.
 
+**avro**: Confluent's AvroConverter (Schema Registry wire format), a record whose ``body`` string
+field is the message data and five other fields (long, string, decimal, timestamp, enum) its
+attributes; the framed values are written by Spark's ``to_avro`` under schema id 1. The batch
+side includes, per round, the small job that reads the batch's schema ids (the convert stage runs
+it for every micro-batch); the reference decodes each record in Python
+(:class:`~pubsub_connect.model.avro.reference.RegistryAvroConverter`) and maps it. Its per-core
+rate is also put beside the ``bytes`` path's of the same run.
+
 The Lite sink's convert stage is measured the same way for ByteArray and String converters
 (``lite bytes``, ``lite string``): its column expressions
 (:func:`pubsub_connect.model.lite.columns.converted_columns`) against the per-record Python
@@ -47,12 +55,31 @@ from typing import Any
 
 from _common import cpu_delta, table, tree_cpu_seconds, write_results
 
-from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, STRING_CONVERTER
-from pubsub_connect.model.cps_sink.batch import outbox_and_cache, to_outbox
-from pubsub_connect.model.cps_sink.reference import record_to_message
+from pubsub_connect.model.avro.reference import RegistryAvroConverter
+from pubsub_connect.model.converters import (
+    BYTE_ARRAY_CONVERTER,
+    JSON_CONVERTER,
+    REGISTRY_AVRO_CONVERTERS,
+    STRING_CONVERTER,
+)
+from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
+from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
 
 RECORD_BYTES = 1024
+#: The benchmark's Avro writer schema (id 1 of its registry): ~1 KB records.
+AVRO_SCHEMA = json.dumps({"type": "record", "name": "Reading", "namespace": "bench", "fields": [
+    {"name": "id", "type": "long"}, {"name": "body", "type": "string"}, {"name": "source", "type": "string"},
+    {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]})
+
+
+def avro_schema(schema_id: int) -> str:
+    """The benchmark's registry: one schema."""
+    if schema_id != 1:
+        raise KeyError(schema_id)
+    return AVRO_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -84,6 +111,8 @@ def scenarios() -> list[Scenario]:
         Scenario("json (schemaless)", CpsSinkSettings(key_converter=STRING_CONVERTER, value_converter=JSON_CONVERTER,
                                                       value_schemas_enable=False),
                  '{"body":"', '","source":"bench","n":7}'),
+        Scenario("avro", CpsSinkSettings(key_converter=STRING_CONVERTER, value_converter=REGISTRY_AVRO_CONVERTERS[0],
+                                         message_body_name="body"), "", ""),
     ]
 
 
@@ -96,6 +125,16 @@ def bronze(spark: Any, scenario: Scenario, n: int, partitions: int) -> Any:
     filler = "x" * (RECORD_BYTES - len(scenario.prefix) - len(scenario.suffix) - 13)
     value = F.concat(F.lit(scenario.prefix), F.lpad(F.col("id").cast("string"), 12, "0"), F.lit("|" + filler),
                      F.lit(scenario.suffix))
+    if scenario.settings.value_converter in REGISTRY_AVRO_CONVERTERS:
+        from pyspark.sql.avro.functions import to_avro
+
+        record = F.struct(F.col("id"), F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
+                                                F.lit("|" + filler[:-60])).alias("body"),
+                          F.lit("bench").alias("source"),
+                          (F.col("id") % 100000 / 100).cast("decimal(10,2)").alias("price"),
+                          F.timestamp_millis(F.lit(1_700_000_000_000) + F.col("id")).alias("at"),
+                          F.when(F.col("id") % 2 == 0, "A").otherwise("B").alias("kind"))
+        value = F.concat(F.lit(b"\x00\x00\x00\x00\x01"), to_avro(record, AVRO_SCHEMA))
     return spark.range(0, n, 1, partitions).select(
         F.concat(F.lit("key-"), (F.col("id") % 100).cast("string")).cast("binary").alias("key"),
         value.cast("binary").alias("value"),
@@ -124,10 +163,31 @@ def time_write(df: Any, jvm_pid: int, cached: Any = None) -> tuple[float, float]
 
 
 def time_reference(records: list[KafkaRecord], settings: CpsSinkSettings) -> tuple[float, float]:
+    mapper = reference_mapper(settings)
     cpu_started, started = time.process_time(), time.perf_counter()
     for record in records:
-        record_to_message(record, settings)
+        mapper.map(record)
     return time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def time_mapped(converter: CpsSinkConversion, df: Any, jvm_pid: int) -> tuple[float, float]:
+    """:func:`time_write` of a conversion that reads its batch before mapping it (the Schema
+    Registry converters read the batch's schema ids), that read included."""
+    cpu_before = tree_cpu_seconds(jvm_pid)
+    started = time.perf_counter()
+    outbox, _ = converter.outbox_and_cache(df)
+    outbox.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - started, cpu_delta(cpu_before, tree_cpu_seconds(jvm_pid))
+
+
+def reference_mapper(settings: CpsSinkSettings) -> CpsSinkMapper:
+    avro = settings.value_converter in REGISTRY_AVRO_CONVERTERS
+    return CpsSinkMapper(settings, value_converter=RegistryAvroConverter(avro_schema) if avro else None)
+
+
+def conversion(settings: CpsSinkSettings) -> CpsSinkConversion:
+    avro = settings.value_converter in REGISTRY_AVRO_CONVERTERS
+    return CpsSinkConversion(settings, schemas=avro_schema if avro else None)
 
 
 def python_records(df: Any, limit: int) -> list[KafkaRecord]:
@@ -141,12 +201,12 @@ def check(df: Any, settings: CpsSinkSettings, n: int) -> None:
     """Not timed: every generated record converts cleanly, in both implementations."""
     from pyspark.sql import functions as F
 
-    out = to_outbox(df, settings)
+    out = conversion(settings).to_outbox(df)
     good = out.filter(F.col("error_class").isNull() & F.col("data").isNotNull()).count()
     if good != n:
         raise RuntimeError(f"batch converted {good} of {n} records cleanly")
     for record in python_records(df, 10):
-        if record_to_message(record, settings) is None:
+        if reference_mapper(settings).map(record).message is None:
             raise RuntimeError("the reference published nothing for a generated record")
 
 
@@ -224,12 +284,17 @@ def main() -> None:
             df.count()
             check(df, scenario.settings, args.records)
             records = python_records(df, args.reference_records)
-            outbox, cached = outbox_and_cache(df, scenario.settings)
+            converter = conversion(scenario.settings)
+            outbox, cached = converter.outbox_and_cache(df)
             time_write(outbox, jvm_pid, cached)  # warm-up: Python workers, code paths
+            registry = scenario.settings.value_converter in REGISTRY_AVRO_CONVERTERS
             scan, batch, ref = [], [], []
             for _ in range(args.rounds):
                 scan.append(time_write(df, jvm_pid))
-                batch.append(time_write(outbox, jvm_pid, cached))
+                if registry:  # the batch's schema ids are read in the round, as the stage does per batch
+                    batch.append(time_mapped(converter, df, jvm_pid))
+                else:
+                    batch.append(time_write(outbox, jvm_pid, cached))
                 ref.append(time_reference(records, scenario.settings))
             df.unpersist()
             n, m = args.records, len(records)
@@ -272,6 +337,10 @@ def main() -> None:
                            f"{r['scan_floor_records_per_cpu_s']:>9,.0f}; wall {r['batch_records_per_s']:>8,.0f}/s)  "
                            f"reference {r['reference_records_per_cpu_s']:>7,.0f}/core  "
                            f"ratio per core {r['ratio_per_core']:5.2f}"))
+    if "avro" in results and "bytes" in results:
+        versus = results["avro"]["batch_records_per_cpu_s"] / results["bytes"]["batch_records_per_cpu_s"]
+        results["avro"]["ratio_per_core_to_bytes"] = versus
+        rows.append(("avro / bytes", f"per core {versus:5.2f}"))
     print(table(rows))
     path = write_results("convert", {"records": args.records, "reference_records": args.reference_records,
                                      "record_bytes": RECORD_BYTES, "cores": args.cores, "rounds": args.rounds,

@@ -15,7 +15,7 @@ import pytest
 from pubsub_connect.io.schema_registry import (
     RegistrySettings,
     SchemaRegistryClient,
-    SchemaRegistryUnavailable,
+    SchemaRegistryUnreachableError,
     UnknownSchemaError,
     settings_from,
 )
@@ -67,7 +67,7 @@ def test_schemas_by_id_outlive_the_registry_and_a_dead_url_is_passed_over(tmp_pa
     finally:
         stop_pid(registry.pid)
     assert json.loads(client.schema(schema_id).text) == json.loads(RECORD)
-    with pytest.raises(SchemaRegistryUnavailable) as err:
+    with pytest.raises(SchemaRegistryUnreachableError) as err:
         client.schema(schema_id + 1)
     assert str(err.value).startswith("Schema Registry unreachable (") and dead in str(err.value)
     assert registry.endpoint in str(err.value)

@@ -45,7 +45,8 @@ def google_connect(kafka_bootstrap: str, google_api_fronts: GoogleApiFronts,
     directory = services_dir / "google-connect"
     credentials = write_fake_service_account(directory / "service-account.json", google_api_fronts.token_uri,
                                              PROJECT)
-    with timed(TIMINGS, "jars (Connect runtime + Google connector) from the cache or Maven Central"):
+    with timed(TIMINGS, "jars (Connect runtime, Google connector, Apicurio converter) from the cache or "
+                       "Maven Central"):
         resolve_reference_jars()
     worker = ConnectStandalone(directory, kafka_bootstrap, google_api_fronts, credentials)
     worker.start()

@@ -8,6 +8,11 @@ the project's cache, offline afterwards); the worker is started with
 :class:`pubsub_connect.io.services.process.ManagedProcess` and stopped with
 :func:`~pubsub_connect.io.services.process.stop_pid`, like the test broker.
 
+Apicurio Registry's Kafka Connect converters (from Maven Central too) are a second plugin on the
+same ``plugin.path``: Google's connector with ``value.converter`` (or ``key.converter``)
+``io.apicurio.registry.utils.converter.AvroConverter`` reads Schema Registry Avro, the reference
+for this project's Avro support (:func:`apicurio_avro_settings`).
+
 How it reaches the emulator: through :class:`reference.fronts.GoogleApiFronts` (TLS front, CONNECT
 proxy, token endpoint) and a fake service-account key. The worker is *always* started with the
 proxy and the key, so nothing it does can reach Google or a metadata server.
@@ -69,8 +74,41 @@ SERVICE_MANIFESTS = {
                                                                           LITE_SOURCE_CONNECTOR_CLASS),
 }
 
+#: Apicurio Registry's Kafka Connect converters (the converter module and the five it needs).
+APICURIO_VERSION = "2.6.13.Final"
+APICURIO_AVRO_CONVERTER_CLASS = "io.apicurio.registry.utils.converter.AvroConverter"
+#: Every io.apicurio module is named at one version: left to Ivy, the converter's POMs bring some
+#: of them at 2.6.2.Final, a mix of releases. Kafka's and SLF4J's classes are the worker's own
+#: (a plugin's copy would only shadow them); the JSON Schema serde is not needed for Avro.
+APICURIO_CONVERTER = artifacts.ArtifactSet(
+    "apicurio-converter-reference",
+    tuple(artifacts.Coordinate("io.apicurio", module, APICURIO_VERSION) for module in (
+        "apicurio-registry-utils-converter", "apicurio-registry-serdes-avro-serde", "apicurio-registry-serde-common",
+        "apicurio-registry-schema-resolver", "apicurio-registry-client", "apicurio-registry-common")),
+    excludes=(("org.apache.kafka", "*"), ("org.slf4j", "*"),
+              ("io.apicurio", "apicurio-registry-serdes-jsonschema-serde")),
+)
+#: The converter's jar has no ServiceLoader manifest either: ``plugin.discovery=service_load``
+#: finds it through this one.
+CONVERTER_MANIFESTS = {"META-INF/services/org.apache.kafka.connect.storage.Converter":
+                       (APICURIO_AVRO_CONVERTER_CLASS,)}
+
+#: ``user.timezone=UTC``: Google's sink publishes Connect's Date, Time and Timestamp values (Avro
+#: logical types, date headers) as ``java.util.Date.toString()``, in the JVM's default time zone;
+#: pinned, the reference prints the same text on every machine (ours always prints UTC).
 CONNECT_JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-XX:+ExitOnOutOfMemoryError",
-                       "-Djava.awt.headless=true")
+                       "-Djava.awt.headless=true", "-Duser.timezone=UTC")
+#: A connector the worker creates from its command line, STOPPED (no task, nothing reached), and
+#: that :meth:`ConnectStandalone.start` deletes again. Why: Connect 3.9's standalone herder
+#: computes task configurations on one thread, created by whichever thread first hands it work
+#: and keeping that thread's context class loader. Created for a REST request (a Jetty thread:
+#: the application class loader), it resolves a connector's ``*.converter`` class names through
+#: that loader, which cannot see a converter on ``plugin.path``: the tasks are never created (the
+#: exception is lost in an executor) and the REST call hangs. A connector file given on the
+#: command line is created from the main thread, whose context loader is Connect's plugin
+#: loader, so the thread is created with it and every later connector's converters resolve.
+CLASS_LOADER_PLACEHOLDER = "reference-class-loader-placeholder"
+
 #: How long the worker may take until its REST API answers (~5 s here) and a connector until it
 #: and its tasks run (the source connector first checks its subscription: ~3 s).
 START_TIMEOUT_S = 120.0
@@ -80,28 +118,55 @@ CONNECTOR_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
 
-def resolve_reference_jars() -> tuple[list[Path], Path]:
-    """The worker's classpath and the connector's jar, from the cache or Maven Central (first
-    use: ~1 min for the runtime, seconds for the connector's one jar)."""
+def resolve_reference_jars() -> tuple[list[Path], Path, list[Path]]:
+    """The worker's classpath, the connector's jar and the Apicurio converter's jars, from the
+    cache or Maven Central (first use: ~1 min for the runtime, seconds for the connector's one
+    jar, ~20 s for the converter)."""
     try:
-        return artifacts.resolve(CONNECT_RUNTIME), artifacts.fetch_jar(GOOGLE_CONNECTOR)
+        return (artifacts.resolve(CONNECT_RUNTIME), artifacts.fetch_jar(GOOGLE_CONNECTOR),
+                artifacts.resolve(APICURIO_CONVERTER))
     except artifacts.ArtifactError as exc:
-        raise ServiceError(f"cannot get the reference Kafka Connect and Google connector jars: {exc}") from None
+        raise ServiceError(f"cannot get the reference Kafka Connect, Google connector and Apicurio converter "
+                           f"jars: {exc}") from None
 
 
-def prepare_plugin_path(directory: Path, connector_jar: Path) -> Path:
-    """A ``plugin.path`` with one plugin directory: the connector jar (a link to the cached file,
-    untouched) and the ServiceLoader manifests jar."""
-    plugin_dir = directory / "plugins" / GOOGLE_CONNECTOR.artifact
+def _plugin_dir(plugins: Path, name: str, jars: list[Path], manifests: dict[str, tuple[str, ...]]) -> None:
+    """One plugin directory (a class loader of its own in the worker): links to the cached jars,
+    untouched, and a jar with the ServiceLoader manifests they lack."""
+    plugin_dir = plugins / name
     plugin_dir.mkdir(parents=True, exist_ok=True)
-    link = plugin_dir / connector_jar.name
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(connector_jar)
-    with zipfile.ZipFile(plugin_dir / "pubsub-connector-service-manifests.jar", "w") as manifests:
-        for entry, connector_classes in SERVICE_MANIFESTS.items():
-            manifests.writestr(entry, "".join(f"{name}\n" for name in connector_classes))
-    return directory / "plugins"
+    for jar in jars:
+        link = plugin_dir / jar.name
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(jar)
+    with zipfile.ZipFile(plugin_dir / "pubsub-connect-service-manifests.jar", "w") as jar:
+        for entry, classes in manifests.items():
+            jar.writestr(entry, "".join(f"{name}\n" for name in classes))
+
+
+def prepare_plugin_path(directory: Path, connector_jar: Path, converter_jars: list[Path]) -> Path:
+    """A ``plugin.path`` with two plugin directories: Google's connector and Apicurio's converter."""
+    plugins = directory / "plugins"
+    _plugin_dir(plugins, GOOGLE_CONNECTOR.artifact, [connector_jar], SERVICE_MANIFESTS)
+    _plugin_dir(plugins, "apicurio-registry-utils-converter", converter_jars, CONVERTER_MANIFESTS)
+    return plugins
+
+
+def apicurio_avro_settings(side: str, registry_root: str) -> dict[str, str]:
+    """Connector settings for Apicurio's AvroConverter as ``side`` (``key`` or ``value``) reading
+    what Confluent's serializers write: the 4-byte id after the magic byte (``Legacy4ByteIdHandler``)
+    that the registry's Confluent API gives out, which is a content id (``use-id=contentId``),
+    in the bytes and not in headers. ``registry_root`` is the registry without its API path:
+    this converter speaks Apicurio's own API (v2). ``auto-register`` only matters to a
+    serializer; set as a Connect user would."""
+    prefix = f"{side}.converter"
+    return {prefix: APICURIO_AVRO_CONVERTER_CLASS,
+            f"{prefix}.apicurio.registry.url": f"{registry_root.rstrip('/')}/apis/registry/v2",
+            f"{prefix}.apicurio.registry.auto-register": "true",
+            f"{prefix}.apicurio.registry.id-handler": "io.apicurio.registry.serde.Legacy4ByteIdHandler",
+            f"{prefix}.apicurio.registry.use-id": "contentId",
+            f"{prefix}.apicurio.registry.headers.enabled": "false"}
 
 
 def _write_log4j_config(directory: Path, log_path: Path) -> Path:
@@ -167,19 +232,24 @@ class ConnectStandalone:
         """Start the worker; returns once its REST API answers (``GET /`` reports the version)."""
         if not (self.fronts.proxy_port and self.credentials_file.is_file()):
             raise ServiceError("the reference worker needs the running fronts and a credentials file")
-        classpath, connector_jar = resolve_reference_jars()
+        classpath, connector_jar, converter_jars = resolve_reference_jars()
         java = kafka_java()
         self.directory.mkdir(parents=True, exist_ok=True)
-        plugin_path = prepare_plugin_path(self.directory, connector_jar)
+        plugin_path = prepare_plugin_path(self.directory, connector_jar, converter_jars)
         self.rest_port = free_port()
         worker = write_java_properties(self.directory / "worker.properties",
                                    worker_properties(self.directory, self.bootstrap, self.rest_port, plugin_path),
                                    "written by the reference-connector test harness")
         log4j = _write_log4j_config(self.directory, self.log_path)
+        placeholder = self.directory / "class-loader-placeholder.json"
+        placeholder.write_text(json.dumps({
+            "name": CLASS_LOADER_PLACEHOLDER, "initial_state": "STOPPED",
+            "config": self.connector_config(CLASS_LOADER_PLACEHOLDER, SINK_CONNECTOR_CLASS, {
+                "topics": CLASS_LOADER_PLACEHOLDER, "cps.project": "unused", "cps.topic": "unused"})}))
         argv = [java, *CONNECT_JVM_OPTIONS, f"-XX:ErrorFile={self.directory / 'hs_err_pid%p.log'}",
                 f"-Dlog4j.configuration={log4j.as_uri()}", *self.fronts.jvm_options(),
                 "-cp", os.pathsep.join(str(jar) for jar in classpath),
-                "org.apache.kafka.connect.cli.ConnectStandalone", str(worker)]
+                "org.apache.kafka.connect.cli.ConnectStandalone", str(worker), str(placeholder)]
         # NO_GCE_CHECK: google-auth must not probe for a metadata server, whatever happens.
         env = {"GOOGLE_APPLICATION_CREDENTIALS": str(self.credentials_file), "NO_GCE_CHECK": "true"}
         started = time.monotonic()
@@ -187,6 +257,7 @@ class ConnectStandalone:
         self.pid = self._proc.pid
         try:
             self._wait_for_rest(timeout_s)
+            self._remove_placeholder(started + timeout_s)
         except BaseException:
             self.stop()
             raise
@@ -245,6 +316,19 @@ class ConnectStandalone:
             time.sleep(0.1)
         raise ServiceError(f"the reference Kafka Connect REST API at {self.rest_url} did not answer within "
                                f"{timeout_s:.0f} s: {last} (see {self.log_path})")
+
+    def _remove_placeholder(self, deadline: float) -> None:
+        """Delete :data:`CLASS_LOADER_PLACEHOLDER` once the worker has it: the REST API answers
+        before the command line's connectors are created, and only after that may a test add its own."""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            status, body = self._request("GET", "/connectors")
+            if status == 200 and CLASS_LOADER_PLACEHOLDER in (body or []):
+                self.remove_connector(CLASS_LOADER_PLACEHOLDER)
+                return
+            time.sleep(0.1)
+        raise ServiceError(f"the reference Kafka Connect did not create {CLASS_LOADER_PLACEHOLDER} in time "
+                           f"(see {self.log_path})")
 
     def connector_config(self, name: str, connector_class: str, settings: Mapping[str, str]) -> dict[str, str]:
         """``settings`` plus what every reference connector must have: its name, class and the

@@ -51,7 +51,7 @@ class UnknownSchemaError(SchemaRegistryError):
     registry's, so it is dead-lettered rather than retried."""
 
 
-class SchemaRegistryUnavailable(ConnectionError):
+class SchemaRegistryUnreachableError(ConnectionError):
     """No URL of ``schema.registry.url`` could be reached: transient, like a broker that is away."""
 
 
@@ -160,7 +160,7 @@ class SchemaRegistryClient:
                 continue
             self._current = index
             return answer
-        raise SchemaRegistryUnavailable(f"Schema Registry unreachable ({'; '.join(failures)})")
+        raise SchemaRegistryUnreachableError(f"Schema Registry unreachable ({'; '.join(failures)})")
 
     def _request(self, url: str, method: str, path: str, body: bytes | None) -> dict[str, Any]:
         target, credentials = _split_credentials(url)

@@ -4,7 +4,7 @@ lookup by id the data model's JVM path asks (:class:`~pubsub_connect.model.cps_s
 
 What the lookup raises says who is at fault: an id the registry does not know, or a schema that
 is not Avro, is the record's (:class:`~pubsub_connect.model.avro.wire.UnknownSchemaIdError`, a
-dead letter); a registry that cannot be reached is nobody's (``SchemaRegistryUnavailable``, a
+dead letter); a registry that cannot be reached is nobody's (``SchemaRegistryUnreachableError``, a
 ``ConnectionError``: the stage restarts, as when Kafka is away); a registry that refuses the
 connector (401, 403) stops it with the registry's one line.
 """

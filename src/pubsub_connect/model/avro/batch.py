@@ -35,6 +35,7 @@ import datetime
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.model.avro.reference import AvroDataError
@@ -47,7 +48,11 @@ from pubsub_connect.model.avro.wire import (
     wire_format_message,
 )
 from pubsub_connect.model.connect import DATE, DATE_NAMES, DECIMAL, Schema, Type
-from pubsub_connect.model.cps_sink.settings import UnsupportedValueError
+from pubsub_connect.model.cps_sink.settings import (
+    MAX_ATTRIBUTE_KEY_BYTES,
+    MAX_ATTRIBUTE_VALUE_BYTES,
+    UnsupportedValueError,
+)
 from pubsub_connect.model.frames import utf8_bytes
 
 if TYPE_CHECKING:
@@ -66,14 +71,23 @@ UNKNOWN_SCHEMA = UnknownSchemaIdError.error_class
 class AvroOutcome:
     """The columns of one framed column (a record's key or value), for every writer schema:
     ``text`` (Java's text of the value, a key's attribute), ``body`` (the message data),
-    ``attributes`` (``map<string,string>``, null when none), ``error`` and ``error_class`` (null
-    when it maps)."""
+    ``attributes`` (the attributes as ``array<struct<key,value>>`` entries, in order, each name
+    once: a caller adds its own before building the one map), ``error`` and ``error_class`` (null
+    when it maps), ``attribute_bytes`` and ``limit_error``, and ``decoded`` (see below)."""
 
     text: Column
     body: Column
     attributes: Column
     error: Column
     error_class: Column
+    #: The attributes' UTF-8 size (names and texts), and the first of Pub/Sub's per-attribute limits
+    #: they break (null: none).
+    attribute_bytes: Column
+    limit_error: Column
+    #: Columns to add in a projection before the others read them: each writer schema's decoded
+    #: value, computed once per row (referenced by many expressions, ``from_avro`` inlined in each
+    #: would decode the bytes once per attribute).
+    decoded: tuple[Column, ...] = ()
 
 
 def reader_schema(writer_text: str) -> str:
@@ -115,9 +129,13 @@ def _schema_id(framed: Column) -> Column:
     return F.conv(F.hex(F.substring(framed, 2, 4)), 16, 10).cast("bigint")
 
 
-def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str) -> AvroOutcome:
+def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str,
+                   name: str = "_avro", replaced: Mapping[str, Column] | None = None) -> AvroOutcome:
     """The :class:`AvroOutcome` of the framed bytes in ``framed``: ``schemas`` holds each id of the
-    batch with its writer schema's text, or why it has none (an unknown id: the registry's error)."""
+    batch with its writer schema's text, or why it has none (an unknown id: the registry's error);
+    ``name`` prefixes the decoded columns (one per writer schema); ``replaced``: the attribute
+    names the caller sets after a record's fields, with when it does (a field of that name is then
+    left out, as the original overwrites it)."""
     from pyspark.sql import functions as F
 
     first = F.substring(framed, 1, 1)
@@ -128,9 +146,12 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
         .otherwise(F.concat(F.lit(prefix), F.lower(F.hex(first)), F.lit(suffix)))
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
-    outcomes = {k: _schema_outcome(payload, k, v, body_name) for k, v in sorted(schemas.items())}
+    mapping = _ValueMapping(body_name, replaced or {})
+    outcomes = {k: _schema_outcome(payload, k, v, mapping, f"{name}_{k}",
+                                   framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
+                for k, v in sorted(schemas.items())}
     not_looked_up = F.concat(F.lit("no writer schema was looked up for id "), schema_id.cast("string"))
-    unseen = AvroOutcome(*_nothing(), not_looked_up, F.lit(UNKNOWN_SCHEMA))
+    unseen = _failure(not_looked_up, F.lit(UNKNOWN_SCHEMA))
 
     def pick(part: Callable[[AvroOutcome], Column]) -> Column:
         chosen = part(unseen)
@@ -143,15 +164,21 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
 
     return AvroOutcome(pick(lambda o: o.text), pick(lambda o: o.body), pick(lambda o: o.attributes),
                        failed(lambda o: o.error, wire_error),
-                       failed(lambda o: o.error_class, F.lit(WireFormatError.error_class)))
+                       failed(lambda o: o.error_class, F.lit(WireFormatError.error_class)),
+                       F.coalesce(pick(lambda o: o.attribute_bytes), F.lit(0).cast("long")),
+                       pick(lambda o: o.limit_error),
+                       tuple(c for o in outcomes.values() for c in o.decoded))
 
 
-def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, body_name: str) -> AvroOutcome:
+def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping,
+                    decoded_name: str, chosen: Column) -> AvroOutcome:
+    """One writer schema's outcome; its value is decoded into column ``decoded_name`` for the rows
+    where ``chosen`` (their id is this schema's)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
     if isinstance(writer, Exception):
-        return AvroOutcome(*_nothing(), F.lit(str(writer)), F.lit(getattr(writer, "error_class", UNKNOWN_SCHEMA)))
+        return _failure(F.lit(str(writer)), F.lit(getattr(writer, "error_class", UNKNOWN_SCHEMA)))
     try:
         avro = parse_schema(writer)
         schema = connect_schema(avro)
@@ -159,30 +186,36 @@ def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, bo
         if too_precise:
             raise AvroSchemaError(f"decimal precision {too_precise} is above Spark's {MAX_SPARK_PRECISION}")
     except AvroSchemaError as exc:
-        return AvroOutcome(*_nothing(), F.lit(str(exc)), F.lit(AvroSchemaError.error_class))
+        return _failure(F.lit(str(exc)), F.lit(AvroSchemaError.error_class))
+    value = F.col(decoded_name)
     if avro.kind == "bytes":  # written as is after the header, not Avro-encoded
-        value, undecodable = payload, F.lit(False)
+        decode, undecodable = payload, F.lit(False)
     elif avro.kind == "union" and schema.name == UNION_NAME:
-        value, undecodable = _top_level_union(payload, writer, avro)
+        decode, undecodable = _top_level_union(payload, writer, avro)
     else:
-        value = from_avro(payload, writer, {"avroSchema": reader_schema(writer), "mode": "PERMISSIVE"})
+        decode = from_avro(payload, writer, {"avroSchema": reader_schema(writer), "mode": "PERMISSIVE"})
         undecodable = _undecodable(avro, schema, value)
-    body, attributes, error = _ValueMapping(body_name).message(schema, value)
+    body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value)
     return AvroOutcome(
         text=F.when(~undecodable, java_text_col(schema, value)),
         body=F.when(~undecodable, body),
         attributes=F.when(~undecodable, attributes),
+        attribute_bytes=attribute_bytes,
+        limit_error=F.when(~undecodable & error.isNull(), limit_error),
         error=F.when(undecodable, F.lit(f"the bytes do not decode with writer schema {schema_id} "
                                         "(or the datum is null)")).otherwise(error),
         error_class=F.when(undecodable, F.lit(AvroDataError.error_class))
         .when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
+        decoded=(F.when(chosen, decode).alias(decoded_name),),
     )
 
 
-def _nothing() -> tuple[Column, Column, Column]:
+def _failure(error: Column, error_class: Column) -> AvroOutcome:
+    """The outcome of records that cannot be mapped at all (their id has no usable schema)."""
     from pyspark.sql import functions as F
 
-    return F.lit(None).cast("string"), F.lit(None).cast("binary"), F.lit(None).cast("map<string,string>")
+    return AvroOutcome(F.lit(None).cast("string"), F.lit(None).cast("binary"), F.lit(None).cast(ENTRIES),
+                       error, error_class, F.lit(0).cast("long"), F.lit(None).cast("string"))
 
 
 def _top_level_union(payload: Column, writer: str, avro: AvroType) -> tuple[Column, Column]:
@@ -238,50 +271,70 @@ def _undecodable(avro: AvroType, schema: Schema, value: Column) -> Column:
 
 
 class _ValueMapping:
-    """``handleValue`` as expressions over one decoded value and its Connect schema."""
+    """``handleValue`` as expressions over one decoded value and its Connect schema.
 
-    def __init__(self, body_name: str):
+    A record's attributes are built without higher-order functions (Spark interprets those per
+    row): its fields are known, so the null ones are left out by ``array_compact``, the ones a
+    later attribute replaces (``replaced``) by a condition, and their size and Pub/Sub's limits are
+    sums and checks per field. A map's entries are only known per row: they take the higher-order
+    functions."""
+
+    def __init__(self, body_name: str, replaced: Mapping[str, Column]):
         self.body_name = body_name
+        self.replaced = replaced
 
-    def message(self, schema: Schema, value: Column) -> tuple[Column, Column, Column]:
-        """(body, attributes, error) of a non-null value."""
+    def message(self, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
+        """(body, attributes, error, attribute bytes, limit error) of a non-null value."""
         from pyspark.sql import functions as F
 
-        no_attributes = F.create_map().cast("map<string,string>")
+        none = F.lit(None).cast("string")
         if schema.type is Type.STRUCT:
-            return self._struct(schema, value, no_attributes)
+            return self._struct(schema, value)
         if schema.type is Type.MAP:
-            return self._map(schema, value, no_attributes)
+            return self._map(schema, value)
         body, error = body_col(schema, value)
-        return body, no_attributes, error
+        return body, _no_attributes(), error, F.lit(0).cast("long"), none
 
-    def _struct(self, schema: Schema, value: Column, none: Column) -> tuple[Column, Column, Column]:
+    def _struct(self, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
         from pyspark.sql import functions as F
 
         from pubsub_connect.model.cps_sink.reference import quote_name
 
+        none = F.lit(None).cast("string")
         for f in schema.fields:  # Google's task fails on such a field, null or not
             if f.schema.type in (Type.MAP, Type.STRUCT):
                 message = (f"struct field {quote_name(f.name)} is a nested {f.schema.type.value.upper()}; "
                            "Pub/Sub attributes cannot hold it")
-                return F.lit(b""), none, F.lit(message)
+                return F.lit(b""), _no_attributes(), F.lit(message), F.lit(0).cast("long"), none
         body: Column = F.lit(b"")
-        error: Column = F.lit(None).cast("string")
-        entries = []
+        error: Column = none
+        entries, sizes, limits = [], [], []
         for position, f in enumerate(schema.fields):
             field_value = _field(value, schema, position)
             if f.name == self.body_name:
                 field_body, field_error = body_col(f.schema, field_value)
                 body = F.coalesce(F.when(field_value.isNotNull(), field_body), F.lit(b""))
                 error = F.when(field_value.isNotNull(), field_error)
-            else:
-                text = java_text_col(f.schema, field_value)
-                entries.append(F.struct(F.lit(f.name).alias("key"), text.alias("value")))
-        attributes = none if not entries else F.map_from_entries(F.filter(F.array(*entries),
-                                                                          lambda e: e["value"].isNotNull()))
-        return body, attributes, error
+                continue
+            text = java_text_col(f.schema, field_value)
+            if f.name in self.replaced:
+                text = F.when(~self.replaced[f.name], text)
+            entries.append(F.when(text.isNotNull(), F.struct(F.lit(f.name).alias("key"), text.alias("value"))))
+            name_bytes = len(f.name.encode("utf-8"))
+            sizes.append(F.coalesce(F.octet_length(text) + F.lit(name_bytes), F.lit(0)))
+            if name_bytes > MAX_ATTRIBUTE_KEY_BYTES:
+                limits.append(F.when(text.isNotNull(), F.lit(
+                    f"attribute key {quote_name(f.name)} is {name_bytes} bytes; "
+                    f"Pub/Sub allows at most {MAX_ATTRIBUTE_KEY_BYTES}")))
+            limits.append(F.when(F.octet_length(text) > MAX_ATTRIBUTE_VALUE_BYTES, F.format_string(
+                f"attribute {quote_name(f.name)} value is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_VALUE_BYTES}",
+                F.octet_length(text))))
+        if not entries:
+            return body, _no_attributes(), error, F.lit(0).cast("long"), none
+        attributes = F.array_compact(F.array(*entries))
+        return body, attributes, error, sum(sizes[1:], sizes[0]).cast("long"), F.coalesce(*limits, none)
 
-    def _map(self, schema: Schema, value: Column, none: Column) -> tuple[Column, Column, Column]:
+    def _map(self, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
         from pyspark.sql import functions as F
 
         assert schema.key_schema is not None and schema.value_schema is not None
@@ -291,7 +344,48 @@ class _ValueMapping:
             java_text_col(key_schema, e["key"]).alias("key"), java_text_col(value_schema, e["value"]).alias("value")))
         body_text = F.try_element_at(F.filter(texts, lambda e: e["key"] == F.lit(self.body_name)), F.lit(1))["value"]
         attributes = F.map_from_entries(F.filter(texts, lambda e: e["key"] != F.lit(self.body_name)))
-        return F.coalesce(utf8_bytes(body_text), F.lit(b"")), attributes, F.lit(None).cast("string")
+        for name, condition in self.replaced.items():
+            attributes = F.when(condition, F.map_filter(attributes, _other_than(name))).otherwise(attributes)
+        entries = F.map_entries(attributes)
+        size = F.aggregate(entries, F.lit(0).cast("long"),
+                           lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]))
+        return (F.coalesce(utf8_bytes(body_text), F.lit(b"")), entries, F.lit(None).cast("string"), size,
+                _entry_limit_errors(entries))
+
+
+def _other_than(name: str) -> Callable[[Column, Column], Column]:
+    """A ``map_filter`` function keeping the entries not named ``name``."""
+    from pyspark.sql import functions as F
+
+    return lambda key, _value: key != F.lit(name)
+
+
+#: The attribute entries' type.
+ENTRIES = "array<struct<key:string,value:string>>"
+
+
+def _no_attributes() -> Column:
+    from pyspark.sql import functions as F
+
+    return F.array().cast(ENTRIES)
+
+
+def _entry_limit_errors(entries: Column) -> Column:
+    """The first attribute name or value over Pub/Sub's size, of attributes known only per row."""
+    from pyspark.sql import functions as F
+
+    oversized = F.filter(entries, lambda e: (F.octet_length(e["key"]) > MAX_ATTRIBUTE_KEY_BYTES)
+                         | (F.octet_length(e["value"]) > MAX_ATTRIBUTE_VALUE_BYTES))
+    first = F.try_element_at(oversized, F.lit(1))
+    quoted = F.to_json(F.array(F.when(F.length(first["key"]) <= 64, first["key"])
+                               .otherwise(F.concat(F.substring(first["key"], 1, 64), F.lit("...")))))
+    name = F.substring(quoted, 2, F.length(quoted) - 2)
+    return (F.when(F.octet_length(first["key"]) > MAX_ATTRIBUTE_KEY_BYTES, F.format_string(
+        f"attribute key %s is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_KEY_BYTES}",
+        name, F.octet_length(first["key"])))
+        .when(first.isNotNull(), F.format_string(
+            f"attribute %s value is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_VALUE_BYTES}",
+            name, F.octet_length(first["value"]))))
 
 
 def _field(value: Column, schema: Schema, position: int) -> Column:
@@ -352,7 +446,7 @@ def java_text_col(schema: Schema, value: Column) -> Column:
 
     name = schema.name
     if name == DECIMAL:
-        return _big_decimal_text(value)
+        return _big_decimal_text(value, int(schema.parameter("scale") or 0))
     if name in DATE_NAMES:
         millis = value.cast("bigint") * F.lit(86_400_000) if name == DATE else value.cast("bigint")
         return _date_text(millis)
@@ -372,12 +466,15 @@ def _date_text(millis: Column) -> Column:
     return F.date_format(moment, _DATE_TEXT)
 
 
-def _big_decimal_text(value: Column) -> Column:
+def _big_decimal_text(value: Column, scale_of_type: int) -> Column:
     """``BigDecimal.toString()``: plain unless the adjusted exponent is below -6 (Spark writes
-    decimals plain), then ``d.dddE-n``."""
+    decimals plain), then ``d.dddE-n``. That needs a scale above 6 and ``|x| < 10**-6`` (zero
+    included: ``0E-7``); other decimals are Spark's plain text as they are."""
     from pyspark.sql import functions as F
 
     plain = value.cast("string")
+    if scale_of_type <= 6:
+        return plain
     negative = F.startswith(plain, F.lit("-"))
     unsigned = F.regexp_replace(plain, "^-", "")
     scale = F.when(F.contains(unsigned, F.lit(".")), F.length(F.substring_index(unsigned, ".", -1))).otherwise(0)
@@ -387,7 +484,8 @@ def _big_decimal_text(value: Column) -> Column:
                                                       F.substring(digits, 2, 1_000))).otherwise(digits)
     scientific = F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), mantissa, F.lit("E"),
                           adjusted.cast("string"))
-    return F.when(value.isNotNull(), F.when((scale > 0) & (adjusted < -6), scientific).otherwise(plain))
+    small = F.abs(value) < F.lit(Decimal("0.000001"))
+    return F.when(value.isNotNull(), F.when(small & (scale > 0) & (adjusted < -6), scientific).otherwise(plain))
 
 
 def json_col(schema: Schema, value: Column) -> Column:

@@ -258,7 +258,9 @@ class _RegistryColumns:
             from pyspark.sql import functions as F
 
             body_name = self.settings.message_body_name
-            outcomes = {side: framed_outcome(F.col(side), self.known, body_name) for side in self.sides}
+            outcomes = {side: framed_outcome(F.col(side), self.known, body_name, f"_avro_{side}",
+                                             _replaced_attributes(self.settings))
+                        for side in self.sides}
             columns = _ColumnOutbox(self.settings, with_skipped_headers, outcomes.get("key"), outcomes.get("value"))
             self.built = (wanted, with_skipped_headers, columns)
         return self.built[2].apply(bronze_df.select(*_mapped_columns(self.settings)))
@@ -272,6 +274,30 @@ class _RegistryColumns:
             return self.lookup(schema_id)
         except DataError as exc:
             return exc
+
+
+def _entries_map(fields: Column, maps: list[Column]) -> Column:
+    """A record's field entries and the small maps of the attributes after them as one map, built
+    once (each map a row builds checks its keys; joining maps builds them again)."""
+    from pyspark.sql import functions as F
+
+    from pubsub_connect.model.avro.batch import ENTRIES
+
+    return F.map_from_entries(F.concat(F.coalesce(fields, F.array().cast(ENTRIES)),
+                                       *[F.map_entries(m) for m in maps]))
+
+
+def _replaced_attributes(settings: CpsSinkSettings) -> dict[str, Column]:
+    """The attributes the mapping sets after a record's fields, with when it does: a field of that
+    name is replaced (the original writes them into the same map afterwards)."""
+    from pyspark.sql import functions as F
+
+    replaced = {KEY_ATTRIBUTE: F.col("key").isNotNull()}
+    if settings.metadata_publish:
+        ts_ms = F.unix_millis(F.col("timestamp"))
+        replaced |= {TOPIC_ATTRIBUTE: F.lit(True), PARTITION_ATTRIBUTE: F.lit(True), OFFSET_ATTRIBUTE: F.lit(True),
+                     TIMESTAMP_ATTRIBUTE: ts_ms.isNotNull() & (ts_ms >= 0)}
+    return replaced
 
 
 def _mapped_columns(settings: CpsSinkSettings) -> list[str]:
@@ -295,6 +321,16 @@ class _ColumnOutbox:
 
         col = F.col
         key, value = col("key"), col("value")
+
+        # Stage 0 (Schema Registry converters): each writer schema's decoded value, then what the
+        # mapping reads of it, each computed once (later stages refer to it more than once).
+        self._decoded = [c for outcome in (key_avro, value_avro) if outcome is not None for c in outcome.decoded]
+        self._outcomes: list[Column] = []
+        if key_avro is not None:  # a key is its text (the "key" attribute)
+            key_avro = self._materialized("_avro_key", key_avro, ("text", "error", "error_class"))
+        if value_avro is not None:  # a value is the body and the attributes
+            value_avro = self._materialized("_avro_value", value_avro, ("body", "attributes", "error", "error_class",
+                                                                        "attribute_bytes", "limit_error"))
 
         # Stage 1: key text, body, value-converter errors, attributes before headers.
         key_text = key_avro.text if key_avro else F.make_valid_utf8(key.cast("string"))
@@ -344,19 +380,8 @@ class _ColumnOutbox:
         has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
         maps = [F.when(key.isNotNull(), F.create_map(F.lit(KEY_ATTRIBUTE), key_text)).otherwise(no_attributes)]
         sizes = [F.when(key.isNotNull(), len(KEY_ATTRIBUTE) + F.octet_length(key_text)).otherwise(0)]
-        if value_avro is not None:
-            # A record's fields first; the key and metadata attributes set later replace a field of
-            # their name (the original writes them into the same map afterwards).
-            later = [F.when(key.isNotNull(), F.lit(KEY_ATTRIBUTE))]
-            if s.metadata_publish:
-                later += [F.lit(TOPIC_ATTRIBUTE), F.lit(PARTITION_ATTRIBUTE), F.lit(OFFSET_ATTRIBUTE),
-                          F.when(has_ts, F.lit(TIMESTAMP_ATTRIBUTE))]
-            replaced = F.array(*later)
-            fields = F.map_filter(F.coalesce(value_avro.attributes, no_attributes),
-                                  lambda k, v: ~F.coalesce(F.array_contains(replaced, k), F.lit(False)))
-            maps.insert(0, fields)
-            sizes.insert(0, F.aggregate(F.map_entries(fields), F.lit(0).cast("long"),
-                                        lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"])))
+        if value_avro is not None:  # a record's fields first, without those the attributes below replace
+            sizes.insert(0, value_avro.attribute_bytes)
         if s.metadata_publish:
             metadata = [
                 (TOPIC_ATTRIBUTE, col("topic")),
@@ -381,7 +406,9 @@ class _ColumnOutbox:
             F.coalesce(body, F.expr("X''")).alias("_data"),
             value_error.alias("_value_error"),
             value_error_class.alias("_value_error_class"),
-            (maps[0] if len(maps) == 1 else F.map_concat(*maps)).alias("_base"),
+            (value_avro.limit_error if value_avro else F.lit(None).cast("string")).alias("_fields_limit"),
+            (_entries_map(value_avro.attributes, maps) if value_avro else
+             maps[0] if len(maps) == 1 else F.map_concat(*maps)).alias("_base"),
             base_bytes.cast("long").alias("_base_bytes"),
         ]
         if s.headers_publish:
@@ -463,6 +490,7 @@ class _ColumnOutbox:
             "_data",
             "_value_error",
             "_value_error_class",
+            "_fields_limit",
             attributes.alias("_attributes"),
             attribute_bytes.alias("_attribute_bytes"),
             ordering.alias("_ordering"),
@@ -476,8 +504,9 @@ class _ColumnOutbox:
         publishable = (F.octet_length(data) > 0) | (F.size(attrs) > 0)
         key_value_bytes = F.octet_length(F.element_at(attrs, F.lit(KEY_ATTRIBUTE)))
         size = F.octet_length(data) + col("_attribute_bytes") + F.octet_length(ordering_col)
-        limit_error = _field_limit_errors(attrs) if value_avro is not None else F.lit(None).cast("string")
-        limit_error = F.coalesce(limit_error, (
+        too_many = F.when(F.size(attrs) > MAX_ATTRIBUTES, F.format_string(
+            f"message has %d attributes; Pub/Sub allows at most {MAX_ATTRIBUTES}", F.size(attrs)))
+        limit_error = F.coalesce(too_many, col("_fields_limit"), (
             F.when(
                 key_value_bytes > MAX_ATTRIBUTE_VALUE_BYTES,
                 F.format_string(
@@ -527,35 +556,31 @@ class _ColumnOutbox:
             out.append(col("_skipped").alias("skipped_headers"))
         self._out = out
 
+    def _materialized(self, prefix: str, outcome: AvroOutcome, used: tuple[str, ...]) -> AvroOutcome:
+        """The ``used`` columns of ``outcome`` added to stage 0 under ``prefix``; the outcome of
+        their names (the others are never read)."""
+        from dataclasses import replace
+
+        from pyspark.sql import functions as F
+
+        named = {}
+        for part in used:
+            self._outcomes.append(getattr(outcome, part).alias(f"{prefix}_{part}"))
+            named[part] = F.col(f"{prefix}_{part}")
+        return replace(outcome, decoded=(), **named)
+
     def apply(self, df: DataFrame) -> DataFrame:
         """Bronze rows (the columns the mapping reads) -> outbox rows (:func:`converted_schema`)."""
+        if self._decoded:
+            from pyspark.sql import functions as F
+
+            df = df.select(F.col("*"), *self._decoded).select(F.col("*"), *self._outcomes)
         staged = df.select(*self._stage1)
         if self._admitted is not None:
             staged = staged.withColumn("_admitted", self._admitted)
         staged = staged.select(*self._stage2)
         staged = staged.withColumn("_publishable", self._publishable)
         return staged.withColumn("_limit_error", self._limit_error).select(*self._out)
-
-
-def _field_limit_errors(attrs: Column) -> Column:
-    """Pub/Sub's limits on attributes that come from a record's fields: their count, then the
-    first name or value over its size, as the reference checks them."""
-    from pyspark.sql import functions as F
-
-    oversized = F.filter(F.map_entries(attrs), lambda e: (F.octet_length(e["key"]) > MAX_ATTRIBUTE_KEY_BYTES)
-                         | (F.octet_length(e["value"]) > MAX_ATTRIBUTE_VALUE_BYTES))
-    first = F.try_element_at(oversized, F.lit(1))
-    quoted = F.to_json(F.array(F.when(F.length(first["key"]) <= 64, first["key"])
-                               .otherwise(F.concat(F.substring(first["key"], 1, 64), F.lit("...")))))
-    name = F.substring(quoted, 2, F.length(quoted) - 2)
-    return (F.when(F.size(attrs) > MAX_ATTRIBUTES, F.format_string(
-        f"message has %d attributes; Pub/Sub allows at most {MAX_ATTRIBUTES}", F.size(attrs)))
-        .when(F.octet_length(first["key"]) > MAX_ATTRIBUTE_KEY_BYTES, F.format_string(
-            f"attribute key %s is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_KEY_BYTES}",
-            name, F.octet_length(first["key"])))
-        .when(first.isNotNull(), F.format_string(
-            f"attribute %s value is %d bytes; Pub/Sub allows at most {MAX_ATTRIBUTE_VALUE_BYTES}",
-            name, F.octet_length(first["value"]))))
 
 
 class _ArrowMapper:

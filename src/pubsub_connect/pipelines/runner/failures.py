@@ -34,7 +34,7 @@ TRANSIENT_TYPES = frozenset({
     # Python
     "ConnectionError", "TimeoutError", "KafkaUnreachableError",
     # ours: no URL of a Schema Registry converter's schema.registry.url answered (io.schema_registry)
-    "SchemaRegistryUnavailable",
+    "SchemaRegistryUnreachableError",
     # ours: a staged stage waiting for its connector's hand-over from the fused mode (pipelines.modes)
     "HandOverPendingError",
     # google.api_core.exceptions
