@@ -12,12 +12,12 @@ import pytest
 
 from pubsub_connect.model.avro.reference import RegistryAvroConverter
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError, frame
-from pubsub_connect.model.connect import DataError
 from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
 from unit.test_avro_reference import READING, READING_VALUE, encode
 from unit.test_cps_sink_batch import batch_rows, bronze
+from unit.test_cps_sink_batch import reference_rows as sink_reference_rows
 
 AVRO = "io.confluent.connect.avro.AvroConverter"
 APICURIO = "io.apicurio.registry.utils.converter.AvroConverter"
@@ -102,19 +102,8 @@ def lookup(schema_id: int) -> str:
 
 def reference_rows(rows: list[KafkaRecord], settings: CpsSinkSettings) -> dict[int, tuple]:
     avro = RegistryAvroConverter(lookup)
-    mapper = CpsSinkMapper(settings, key_converter=avro if settings.key_converter in (AVRO, APICURIO) else None,
-                           value_converter=avro)
-    out = {}
-    for r in rows:
-        try:
-            result = mapper.map(r)
-        except DataError as e:
-            out[r.offset] = (None, None, None, r.topic, r.partition, r.key, r.value, e.error_class, str(e), None)
-            continue
-        m = result.message
-        message = (None, None, None) if m is None else (m.data, m.attributes, m.ordering_key)
-        out[r.offset] = (*message, r.topic, r.partition, None, None, None, None, result.skipped_headers)
-    return out
+    key_avro = avro if settings.key_converter in (AVRO, APICURIO) else None
+    return sink_reference_rows(rows, settings, CpsSinkMapper(settings, key_converter=key_avro, value_converter=avro))
 
 
 SETTINGS = {

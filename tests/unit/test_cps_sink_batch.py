@@ -18,7 +18,7 @@ from pubsub_connect.model.converters import (
     STRING_CONVERTER,
 )
 from pubsub_connect.model.cps_sink.batch import CpsSinkConversion, to_outbox, uses_column_path
-from pubsub_connect.model.cps_sink.reference import map_record
+from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, map_record
 from pubsub_connect.model.cps_sink.settings import MAX_MESSAGE_BYTES, CpsSinkSettings, KafkaRecord
 from unit.cps_sink_fixtures import FIXTURES, fixture_bytes
 
@@ -119,14 +119,15 @@ def bronze(spark: Any, records: list[KafkaRecord]) -> Any:
     )
 
 
-def reference_rows(records: list[KafkaRecord], settings: CpsSinkSettings) -> dict[int, tuple]:
-    """What every outbox row must be, from the per-record reference: ``(data, attributes,
-    ordering_key, topic, partition, key, value, error_class, error_message, skipped_headers)``,
-    the raw key and value only in dead letters."""
+def reference_rows(records: list[KafkaRecord], settings: CpsSinkSettings,
+                   mapper: CpsSinkMapper | None = None) -> dict[int, tuple]:
+    """What every outbox row must be, from the per-record reference (``mapper``, by default the
+    settings' own): ``(data, attributes, ordering_key, topic, partition, key, value, error_class,
+    error_message, skipped_headers)``, the raw key and value only in dead letters."""
     out = {}
     for r in records:
         try:
-            result = map_record(r, settings)
+            result = mapper.map(r) if mapper else map_record(r, settings)
         except DataError as e:
             out[r.offset] = (None, None, None, r.topic, r.partition, r.key, r.value, e.error_class, str(e), None)
             continue
