@@ -33,6 +33,8 @@ MEASURED_SECONDS = {
     # scenarios' first runs became one application.
     "cluster/test_connectors_on_cluster.py": 275,
     "reference/test_reference_source.py": 252,
+    # Measured alone (Google's worker started for it): 121 s.
+    "reference/test_avro_conformance.py": 130,
     "e2e/test_declarative_lite.py": 250,
     "e2e/test_kafka_security.py": 228,
     "reference/test_reference_lite.py": 226,

@@ -229,7 +229,8 @@ class ConnectStandalone:
         return f"http://{LOOPBACK}:{self.rest_port}"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ConnectStandalone:
-        """Start the worker; returns once its REST API answers (``GET /`` reports the version)."""
+        """Start the worker; returns once its REST API answers (``GET /`` reports the version) and
+        :data:`CLASS_LOADER_PLACEHOLDER` has come and gone."""
         if not (self.fronts.proxy_port and self.credentials_file.is_file()):
             raise ServiceError("the reference worker needs the running fronts and a credentials file")
         classpath, connector_jar, converter_jars = resolve_reference_jars()

@@ -229,8 +229,12 @@ CASES = [
         delivered=lambda m: False, messages=((b"minus-2", {"ts": "-2"}, None),)),
 ]
 
-#: Configurations ours refuses at start-up (ConfigError, before any message is pulled), with what
-#: Google's connector does instead: ("fails", reason pattern) or ("writes", value pattern).
+#: Configurations that cannot write some or all messages, with what Google's connector does:
+#: ("fails", reason pattern) or ("writes", value pattern). Ours refuses those in
+#: :data:`OURS_REFUSES` at start-up (ConfigError, before any message is pulled); with the struct
+#: converters it writes the messages without attributes and dead-letters the others
+#: (``tests/e2e/test_cps_source.py``).
+OURS_REFUSES = frozenset({"long-value"})
 REFUSED = {
     "long-value": (_settings(**{"kafka.record.headers": "true", "key.converter": STRING, "value.converter": LONG}),
                    ("fails", r"ClassCastException: class \[B cannot be cast to class java.lang.Number")),
@@ -354,6 +358,8 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
         # Ours meanwhile: the refused configurations fail at start-up, the others run side by side.
         ours_refused = {}
         for name, (settings, _) in REFUSED.items():
+            if name not in OURS_REFUSES:
+                continue
             connector = source_config(f"{unique_name}-{name}", subscriptions[name, "ours"],
                                       f"{unique_name}-{name}-ours", **settings)
             with pytest.raises(ConfigError) as info:
@@ -414,7 +420,8 @@ def test_source_conformance(google_connect: ConnectStandalone, spark, kafka_boot
             # a STRUCT as Struct.toString(), a BYTES value as byte[].toString(): the data is lost
             assert all(re.fullmatch(pattern, v) or re.fullmatch(rb"\[B@[0-9a-f]+", v) for v in values), values[:3]
             assert any(re.fullmatch(pattern, v) for v in values)
-        assert "cannot write" in ours_refused[name], ours_refused[name]
+        if name in OURS_REFUSES:
+            assert "cannot write" in ours_refused[name], ours_refused[name]
 
     print(f"\nsource conformance: {len(CORPUS)} messages, {len(CASES)} + {len(REFUSED)} configurations, "
           f"{compared_records} record pairs and {compared_fields} fields compared in "

@@ -156,7 +156,8 @@ def unscaled_bytes(value: Decimal) -> bytes:
     """A Decimal's unscaled value as ``BigInteger.toByteArray()``: minimal two's complement."""
     sign, digits, _ = value.as_tuple()
     unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-    return unscaled.to_bytes(unscaled.bit_length() // 8 + 1, "big", signed=True)
+    magnitude = ~unscaled if unscaled < 0 else unscaled  # the bits besides the sign's
+    return unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
 
 
 # --------------------------------------------------------------------------------------------

@@ -127,12 +127,14 @@ def _schema_id(framed: Column) -> Column:
 
 
 def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str,
-                   name: str = "_avro", replaced: Mapping[str, Column] | None = None) -> AvroOutcome:
+                   name: str = "_avro", replaced: Mapping[str, Column] | None = None,
+                   as_key: bool = False) -> AvroOutcome:
     """The :class:`AvroOutcome` of the framed bytes in ``framed``: ``schemas`` holds each id of the
     batch with its writer schema's text, or why it has none (an unknown id: the registry's error);
     ``name`` prefixes the decoded columns (one per writer schema); ``replaced``: the attribute
     names the caller sets after a record's fields, with when it does (a field of that name is then
-    left out, as the original overwrites it)."""
+    left out, as the original overwrites it); ``as_key``: a key, which is only its text (what a
+    value cannot be as a message is no error of a key)."""
     from pyspark.sql import functions as F
 
     first = F.substring(framed, 1, 1)
@@ -143,7 +145,7 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
         .otherwise(F.concat(F.lit(prefix), F.lower(F.hex(first)), F.lit(suffix)))
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
-    mapping = _ValueMapping(body_name, replaced or {})
+    mapping = _ValueMapping(body_name, replaced or {}, as_key)
     outcomes = {k: _schema_outcome(payload, k, v, mapping, f"{name}_{k}",
                                    framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
                 for k, v in sorted(schemas.items())}
@@ -276,15 +278,18 @@ class _ValueMapping:
     sums and checks per field. A map's entries are only known per row: they take the higher-order
     functions."""
 
-    def __init__(self, body_name: str, replaced: Mapping[str, Column]):
+    def __init__(self, body_name: str, replaced: Mapping[str, Column], as_key: bool = False):
         self.body_name = body_name
         self.replaced = replaced
+        self.as_key = as_key
 
     def message(self, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
         """(body, attributes, error, attribute bytes, limit error) of a non-null value."""
         from pyspark.sql import functions as F
 
         none = F.lit(None).cast("string")
+        if self.as_key:
+            return F.lit(b""), _no_attributes(), none, F.lit(0).cast("long"), none
         if schema.type is Type.STRUCT:
             return self._struct(schema, value)
         if schema.type is Type.MAP:

@@ -11,7 +11,7 @@ read like it. The reference the JVM path is tested against; never on a hot path.
   two's-complement integer and the schema's scale, as ``BigDecimal``); Date, Time and Timestamp as
   :class:`~pubsub_connect.model.connect.JavaDate`; records and Union structs as
   :class:`~pubsub_connect.model.connect.Struct` (a Union struct has the decoded branch's field set);
-  arrays as lists; maps as dicts (or (key, value) pairs when keys are unhashable).
+  arrays as lists; maps as dicts ordered by key (or (key, value) pairs when keys are unhashable).
 - A datum that is null (a ``null`` writer schema, or the null branch of a top-level union) is an
   error: the original's worker fails its task on it (it dereferences the missing schema); here it
   is a dead letter. A Kafka null (a tombstone) is Connect's null, as with every converter.
@@ -184,7 +184,8 @@ class AvroValueReader:
                 for _ in range(count):
                     key = reader.take(reader.long()).decode("utf-8", "replace")
                     entries[key] = self._read(avro.items, reader)
-            return entries
+            # By name: Avro's decoder gives Connect a HashMap, whose order no one can rely on.
+            return dict(sorted(entries.items()))
         return self._union(avro, reader)
 
     def _union(self, avro: AvroType, reader: _Reader) -> Any:

@@ -124,7 +124,8 @@ def _big_decimal_text(value: Column, scale_of_type: int) -> Column:
                                                       F.substring(digits, 2, 1_000))).otherwise(digits)
     scientific = F.concat(F.when(negative, F.lit("-")).otherwise(F.lit("")), mantissa, F.lit("E"),
                           adjusted.cast("string"))
-    small = F.abs(value) < F.lit(Decimal("0.000001"))
+    bound = F.lit(Decimal("0.000001")).cast(f"decimal(38,{scale_of_type})")  # exact at that scale
+    small = (value < bound) & (value > -bound)
     return F.when(value.isNotNull(), F.when(small & (scale > 0) & (adjusted < -6), scientific).otherwise(plain))
 
 
@@ -160,9 +161,9 @@ def json_col(schema: Schema, value: Column) -> Column:
     elif t is Type.MAP:
         assert schema.key_schema is not None and schema.value_schema is not None
         key_schema, value_schema = schema.key_schema, schema.value_schema
-        if key_schema.type is Type.STRING:
-            pairs = F.transform(F.map_entries(value), lambda e: F.concat(json_col(key_schema, e["key"]), F.lit(":"),
-                                                                        json_col(value_schema, e["value"])))
+        if key_schema.type is Type.STRING:  # by name: the decoder's map has no order (a Java HashMap)
+            pairs = F.transform(F.sort_array(F.map_entries(value)), lambda e: F.concat(
+                json_col(key_schema, e["key"]), F.lit(":"), json_col(value_schema, e["value"])))
             text = F.concat(F.lit("{"), F.array_join(pairs, ","), F.lit("}"))
         else:
             pairs = F.transform(F.map_entries(value), lambda e: F.concat(
@@ -189,13 +190,23 @@ def _joined(parts: list[Column]) -> list[Column]:
 
 
 def _two_complement(unscaled: Column) -> Column:
-    """``BigInteger.toByteArray()`` of an integral decimal(38,0) (|x| < 2**127): its high and low
-    64 bits in hex, then the leading bytes that only repeat the sign left out."""
+    """``BigInteger.toByteArray()`` of an integral decimal(38,0) (|x| < 2**127): its two's
+    complement in 128 bits as hex (a bigint's own when it fits one, else its high and low 64 bits,
+    the high part an integral division that rounds toward minus infinity), then the leading bytes
+    that only repeat the sign left out."""
     from pyspark.sql import functions as F
 
     two_64 = F.lit(str(2**64)).cast("decimal(38,0)")
-    high = F.floor(unscaled / two_64).cast("bigint")
-    low = (unscaled - high.cast("decimal(38,0)") * two_64).cast("decimal(20,0)")
-    full = F.concat(F.lpad(F.hex(high), 16, "0"), F.lpad(F.conv(low.cast("string"), 10, 16), 16, "0"))
+    fits = (unscaled >= F.lit(str(-(2**63))).cast("decimal(38,0)")) & \
+        (unscaled < F.lit(str(2**63)).cast("decimal(38,0)"))
+    small = F.hex(unscaled.cast("bigint"))
+    sign_fill = F.when(unscaled < 0, F.lit("F" * 16)).otherwise(F.lit("0" * 16))
+    # The remainder has the dividend's sign and is exact; the quotient of what is left is whole.
+    rest = unscaled % two_64
+    truncated = ((unscaled - rest) / two_64).cast("bigint")
+    high = F.when(rest < 0, truncated - 1).otherwise(truncated)
+    low = F.when(rest < 0, rest + two_64).otherwise(rest).cast("decimal(20,0)")
+    wide = F.concat(F.lpad(F.hex(high), 16, "0"), F.lpad(F.conv(low.cast("string"), 10, 16), 16, "0"))
+    full = F.when(fits, F.concat(sign_fill, F.lpad(small, 16, "0"))).otherwise(wide)
     trimmed = F.regexp_replace(full, "^(?:00(?=[0-7])|FF(?=[89A-F]))+", "")
     return F.unhex(trimmed)

@@ -259,7 +259,7 @@ class _RegistryColumns:
 
             body_name = self.settings.message_body_name
             outcomes = {side: framed_outcome(F.col(side), self.known, body_name, f"_avro_{side}",
-                                             _replaced_attributes(self.settings))
+                                             _replaced_attributes(self.settings), as_key=side == "key")
                         for side in self.sides}
             columns = _ColumnOutbox(self.settings, with_skipped_headers, outcomes.get("key"), outcomes.get("value"))
             self.built = (wanted, with_skipped_headers, columns)
