@@ -268,6 +268,18 @@ def test_the_schema_registry_converter_keys_as_connect_users_write_them(capsys: 
     ({"value.converter.schema.registry.url": "http://r", "connector.class": "PubSubLiteSinkConnector",
       "pubsublite.project": "p", "pubsublite.location": "l", "pubsublite.topic": "t"},
      "value.converter=AvroConverter is not supported by PubSubLiteSinkConnector"),
+    # one column mapping serves both sides: JSON beside a registry converter would need the reference
+    ({"value.converter.schema.registry.url": "http://r",
+      "key.converter": "org.apache.kafka.connect.json.JsonConverter"},
+     "key.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry converter "
+     "(allowed beside it: ByteArrayConverter, StringConverter, AvroConverter)"),
+    ({"value.converter": "org.apache.kafka.connect.json.JsonConverter",
+      "key.converter": "io.confluent.connect.avro.AvroConverter", "key.converter.schema.registry.url": "http://r"},
+     "value.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry"),
+    ({"value.converter.schema.registry.url": "http://r1", "key.converter": "io.confluent.connect.avro.AvroConverter",
+      "key.converter.schema.registry.url": "http://r2"},
+     "key.converter and value.converter name different Schema Registries; one connector's schema ids come from one "
+     "registry"),
 ])
 def test_schema_registry_converter_errors_are_one_line(extra: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as err:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from pubsub_connect.model.cps_source.batch import (
-    _base64_col,
     java_string_hash_col,
     partition_for_hash_col,
     to_kafka_outbox,
@@ -27,6 +26,7 @@ from pubsub_connect.model.cps_source.settings import (
     OutboxRow,
     PubsubReceived,
 )
+from pubsub_connect.model.json_columns import jackson_base64
 
 BYTE_ARRAY = "org.apache.kafka.connect.converters.ByteArrayConverter"
 STRING = "org.apache.kafka.connect.storage.StringConverter"
@@ -595,7 +595,7 @@ def test_base64_is_unchunked_whatever_the_session_setting(spark: Any, chunked: s
     spark.conf.set(key, chunked)
     try:
         rows = spark.createDataFrame([(v,) for v in values], "data binary").select(
-            _base64_col(F.col("data")).alias("b64"), F.base64(F.col("data")).alias("spark")).collect()
+            jackson_base64(F.col("data")).alias("b64"), F.base64(F.col("data")).alias("spark")).collect()
     finally:
         spark.conf.set(key, before)
     assert [r["b64"] for r in rows] == [base64.b64encode(v).decode("ascii") for v in values]

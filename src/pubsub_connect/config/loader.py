@@ -41,6 +41,7 @@ from pubsub_connect.config.keys import (
 from pubsub_connect.config.properties import read_properties
 from pubsub_connect.config.providers import DEFAULT_PROVIDERS, ConfigProviders
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
+from pubsub_connect.model.cps_sink.batch import COLUMN_KEY_CONVERTERS, COLUMN_VALUE_CONVERTERS
 
 log = logging.getLogger(__name__)
 
@@ -259,24 +260,37 @@ REGISTRY_CONNECTORS = (CPS_SINK,)
 
 
 def _registry_checks(config: ConnectorConfig) -> None:
-    """A Schema Registry converter needs its registry's URL, and a connector that handles its data."""
-    for side in ("key", "value"):
-        converter = config.get(f"{side}.converter")
-        if converter not in REGISTRY_AVRO_CONVERTERS:
-            continue
-        short = converter.rsplit(".", 1)[-1]
+    """A Schema Registry converter needs a connector that handles its data, its registry's URL, a
+    converter beside it that maps in columns too, and the same registry on both sides."""
+    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    for side in sides:
+        short = config.get(f"{side}.converter").rsplit(".", 1)[-1]
         if config.kind not in REGISTRY_CONNECTORS:
             raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
                               f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
                               "Pub/Sub sink)")
-        if not (config.get(f"{side}.converter.schema.registry.url")
-                or config.get(f"{side}.converter.apicurio.registry.url")):
+        if not any(_registry_urls(config, side)):
             raise ConfigError(f"{config.source}: {side}.converter={short} needs "
                               f"{side}.converter.schema.registry.url (the Schema Registry's URL)")
         if config.get(f"{side}.converter.basic.auth.credentials.source") == "USER_INFO" and \
                 ":" not in str(config.get(f"{side}.converter.basic.auth.user.info") or ""):
             raise ConfigError(f"{config.source}: {side}.converter.basic.auth.credentials.source=USER_INFO needs "
                               f"{side}.converter.basic.auth.user.info=<user>:<password>")
+    if not sides:
+        return
+    beside = {"key": COLUMN_KEY_CONVERTERS, "value": COLUMN_VALUE_CONVERTERS}
+    for side, allowed in beside.items():
+        if config.get(f"{side}.converter") not in allowed:
+            raise ConfigError(f"{config.source}: {side}.converter={config.get(f'{side}.converter')} cannot be "
+                              "combined with a Schema Registry converter (allowed beside it: "
+                              f"{', '.join(dict.fromkeys(c.rsplit('.', 1)[-1] for c in allowed))})")
+    if len(sides) == 2 and _registry_urls(config, "key") != _registry_urls(config, "value"):
+        raise ConfigError(f"{config.source}: key.converter and value.converter name different Schema Registries; "
+                          "one connector's schema ids come from one registry")
+
+
+def _registry_urls(config: ConnectorConfig, side: str) -> tuple[object, object]:
+    return (config.get(f"{side}.converter.schema.registry.url"), config.get(f"{side}.converter.apicurio.registry.url"))
 
 
 def load(connector_files: list[str | Path], worker_file: str | Path | None = None,

@@ -23,6 +23,7 @@ import base64
 import json
 import ssl
 from dataclasses import dataclass, field
+from functools import cached_property
 from threading import Lock
 from typing import Any
 from urllib.error import HTTPError, URLError
@@ -34,6 +35,7 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 #: Confluent's error code for "schema not found" (HTTP 404).
 SCHEMA_NOT_FOUND = 40403
 SUBJECT_NOT_FOUND = 40401
+VERSION_NOT_FOUND = 40402
 TIMEOUT_S = 30.0
 
 
@@ -107,6 +109,11 @@ class SchemaRegistryClient:
     _current: int = field(default=0, repr=False)
     _lock: Lock = field(default_factory=Lock, repr=False)
 
+    @cached_property
+    def _tls(self) -> ssl.SSLContext | None:
+        """The truststore's context, read once (None: the system's, for https)."""
+        return ssl.create_default_context(cafile=self.settings.ca_file) if self.settings.ca_file else None
+
     def schema(self, schema_id: int) -> RegisteredSchema:
         """The writer schema of ``schema_id`` (``GET /schemas/ids/{id}``)."""
         cached = self._by_id.get(schema_id)
@@ -171,9 +178,8 @@ class SchemaRegistryClient:
         if user_info:
             headers["Authorization"] = "Basic " + base64.b64encode(user_info.encode()).decode("ascii")
         request = Request(target + path, data=body, method=method, headers=headers)
-        context = ssl.create_default_context(cafile=self.settings.ca_file) if self.settings.ca_file else None
         try:
-            with urlopen(request, timeout=self.timeout_s, context=context) as response:
+            with urlopen(request, timeout=self.timeout_s, context=self._tls) as response:
                 return json.loads(response.read() or b"{}")
         except HTTPError as exc:
             raise _registry_error(exc, method, path) from None
@@ -194,8 +200,8 @@ def _registry_error(exc: HTTPError, method: str, path: str) -> SchemaRegistryErr
     code = answer.get("error_code") if isinstance(answer, dict) else None
     message = (answer.get("message") if isinstance(answer, dict) else None) or exc.reason
     line = f"Schema Registry {method} {path}: {message} (HTTP {exc.code}{f', error {code}' if code else ''})"
-    kind = UnknownSchemaError if exc.code == 404 and code in (SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND, 40402) else \
-        SchemaRegistryError
+    not_found = exc.code == 404 and code in (SCHEMA_NOT_FOUND, SUBJECT_NOT_FOUND, VERSION_NOT_FOUND)
+    kind = UnknownSchemaError if not_found else SchemaRegistryError
     return kind(" ".join(line.split()), exc.code, code)
 
 

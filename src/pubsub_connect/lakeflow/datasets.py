@@ -202,7 +202,7 @@ def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore
         # Their column mapping is built from the writer schemas each micro-batch holds, which a
         # pipeline's streaming view cannot look at before it runs.
         raise ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
-                              "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
+                          "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
     bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))

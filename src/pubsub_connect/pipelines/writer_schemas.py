@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.loader import ConnectorConfig
-from pubsub_connect.io.schema_registry import RegistrySettings, SchemaRegistryClient, UnknownSchemaError
+from pubsub_connect.io.schema_registry import RegistrySettings, SchemaRegistryClient, UnknownSchemaError, settings_from
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 
@@ -25,32 +24,25 @@ _APICURIO_API = re.compile(r"/apis/registry/v[23]/?$")
 
 
 def registry_settings(config: ConnectorConfig, side: str) -> RegistrySettings:
-    """The registry of ``<side>.converter`` (``key`` or ``value``), from Confluent's keys (or the
-    URL of Apicurio's converter, whose Confluent API is then used)."""
+    """The registry of ``<side>.converter`` (``key`` or ``value``): its keys as the client reads
+    them, Apicurio's converter URL given as its Confluent API."""
     prefix = f"{side}.converter."
-    urls = str(config.get(prefix + "schema.registry.url") or "")
-    if not urls and config.get(prefix + "apicurio.registry.url"):
-        urls = ",".join(_APICURIO_API.sub("/apis/ccompat/v7", u.strip().rstrip("/"))
-                        for u in str(config.get(prefix + "apicurio.registry.url")).split(","))
-    user_info = None
-    if str(config.get(prefix + "basic.auth.credentials.source") or "URL").upper() == "USER_INFO":
-        user_info = str(config.get(prefix + "basic.auth.user.info") or "") or None
-    ca_file = config.get(prefix + "schema.registry.ssl.truststore.location")
-    return RegistrySettings(tuple(u.strip().rstrip("/") for u in urls.split(",") if u.strip()), user_info,
-                            str(ca_file) if ca_file else None)
+    keys = {name[len(prefix):]: setting.value for name, setting in config.settings.items()
+            if name.startswith(prefix) and setting.value is not None}
+    if not keys.get("schema.registry.url") and keys.get("apicurio.registry.url"):
+        keys["schema.registry.url"] = ",".join(_APICURIO_API.sub("/apis/ccompat/v7", u.strip().rstrip("/"))
+                                               for u in str(keys["apicurio.registry.url"]).split(","))
+    return settings_from(keys)
 
 
 def writer_schema_lookup(config: ConnectorConfig) -> Callable[[int], str] | None:
     """The writer schema's text by id for the connector's registry converters (None without one).
-    One registry serves the key and the value: their ids are the registry's."""
+    One registry serves the key and the value (checked with the configuration): their ids are
+    the registry's."""
     sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
     if not sides:
         return None
-    registries = {side: registry_settings(config, side) for side in sides}
-    if len(set(registries.values())) > 1:
-        raise ConfigError(f"{config.source}: key.converter and value.converter name different Schema Registries; "
-                          "the schema ids of one connector's records must come from one registry")
-    client = SchemaRegistryClient(registries[sides[0]])
+    client = SchemaRegistryClient(registry_settings(config, sides[0]))
 
     def lookup(schema_id: int) -> str:
         try:

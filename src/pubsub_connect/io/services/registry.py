@@ -96,9 +96,7 @@ def start_registry(workdir: Path, port: int | None = None) -> RunningService:
     except BaseException:
         stop_pid(proc.pid)
         raise
-    url = registry_url(port)
-    return RunningService("registry", proc.pid, port, url, {"SCHEMA_REGISTRY_URL": url}, str(log_path),
-                          str(workdir))
+    return RunningService("registry", proc.pid, port, registry_url(port), {}, str(log_path), str(workdir))
 
 
 def _wait_ready(port: int, timeout_s: float) -> None:

@@ -42,9 +42,10 @@ from pubsub_connect.model.avro.values import body_col, java_text_col, member
 from pubsub_connect.model.avro.wire import (
     HEADER_BYTES,
     MAGIC_BYTE,
+    OTHER_MAGIC,
+    TOO_SHORT,
     UnknownSchemaIdError,
     WireFormatError,
-    wire_format_message,
 )
 from pubsub_connect.model.connect import Schema, Type
 from pubsub_connect.model.cps_sink.settings import (
@@ -139,10 +140,8 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
 
     first = F.substring(framed, 1, 1)
     framed_ok = _framed_ok(framed)
-    prefix, suffix = wire_format_message(b"\xab").split("ab", 1)
-    wire_error = F.when((F.octet_length(framed) == 0) | (first == F.lit(bytes([MAGIC_BYTE]))),
-                        F.lit(wire_format_message(b""))) \
-        .otherwise(F.concat(F.lit(prefix), F.lower(F.hex(first)), F.lit(suffix)))
+    wire_error = F.when((F.octet_length(framed) == 0) | (first == F.lit(bytes([MAGIC_BYTE]))), F.lit(TOO_SHORT)) \
+        .otherwise(F.concat(F.lit(OTHER_MAGIC[0]), F.lower(F.hex(first)), F.lit(OTHER_MAGIC[1])))
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
     mapping = _ValueMapping(body_name, replaced or {}, as_key)
@@ -257,10 +256,6 @@ def _too_precise(avro: AvroType, seen: set[int] | None = None) -> int | None:
 def _undecodable(avro: AvroType, schema: Schema, value: Column) -> Column:
     """True where ``from_avro`` (PERMISSIVE) gave up: a null value, or a record whose required
     fields are null (it yields a record of nulls for bytes it cannot read)."""
-    from pyspark.sql import functions as F
-
-    if avro.kind == "bytes":
-        return F.lit(False)
     missing = value.isNull()
     if schema.type is Type.STRUCT and avro.kind == "record":
         required = [f.name for f in schema.fields if not f.schema.optional]

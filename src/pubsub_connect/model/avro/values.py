@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from pubsub_connect.model.avro.schema import UNION_NAME, AvroSchemaError
 from pubsub_connect.model.connect import DATE, DATE_NAMES, DECIMAL, Schema, Type
 from pubsub_connect.model.frames import utf8_bytes
+from pubsub_connect.model.json_columns import jackson_base64, jackson_string
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -41,7 +42,7 @@ def body_col(schema: Schema, value: Column) -> tuple[Column, Column]:
 
     none = F.lit(None).cast("string")
     if schema.name == DECIMAL:  # its unscaled bytes (the base type's), as JSON's Decimal
-        return _two_complement(F.regexp_replace(value.cast("string"), "[.]", "").cast("decimal(38,0)")), none
+        return _unscaled_bytes(value), none
     t = schema.type
     if t.is_integer:
         digits = {Type.INT8: 2, Type.INT16: 4, Type.INT32: 8, Type.INT64: 16}[t]
@@ -135,13 +136,10 @@ def json_col(schema: Schema, value: Column) -> Column:
     unscaled bytes, Date as days, Time and Timestamp as milliseconds, Java's float text)."""
     from pyspark.sql import functions as F
 
-    from pubsub_connect.model.cps_source.batch import _jackson_escapes_col, _json_inner
-
     t = schema.type
     name = schema.name
     if name == DECIMAL:
-        unscaled = F.regexp_replace(value.cast("string"), "[.]", "").cast("decimal(38,0)")
-        text = F.concat(F.lit('"'), F.base64(_two_complement(unscaled)), F.lit('"'))
+        text = F.concat(F.lit('"'), F.base64(_unscaled_bytes(value)), F.lit('"'))
     elif name in DATE_NAMES or t.is_integer:
         text = value.cast("bigint").cast("string")
     elif t in (Type.FLOAT32, Type.FLOAT64):
@@ -151,9 +149,9 @@ def json_col(schema: Schema, value: Column) -> Column:
     elif t is Type.BOOLEAN:
         text = value.cast("string")
     elif t is Type.STRING:
-        text = _jackson_escapes_col(_json_inner(F.to_json(F.array(value))))
+        text = jackson_string(value)
     elif t is Type.BYTES:
-        text = F.concat(F.lit('"'), F.replace(F.base64(value), F.lit("\r\n"), F.lit("")), F.lit('"'))
+        text = F.concat(F.lit('"'), jackson_base64(value), F.lit('"'))
     elif t is Type.ARRAY:
         assert schema.value_schema is not None
         element = schema.value_schema
@@ -187,6 +185,13 @@ def _joined(parts: list[Column]) -> list[Column]:
             out.append(F.lit(","))
         out.append(part)
     return out
+
+
+def _unscaled_bytes(decimal: Column) -> Column:
+    """A Spark decimal's unscaled value as ``BigInteger.toByteArray()`` (a Connect Decimal's bytes)."""
+    from pyspark.sql import functions as F
+
+    return _two_complement(F.regexp_replace(decimal.cast("string"), "[.]", "").cast("decimal(38,0)"))
 
 
 def _two_complement(unscaled: Column) -> Column:

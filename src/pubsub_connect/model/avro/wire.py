@@ -24,12 +24,15 @@ def split_frame(data: bytes) -> tuple[int, bytes]:
     return int.from_bytes(data[1:HEADER_BYTES], "big"), bytes(data[HEADER_BYTES:])
 
 
+#: The line for bytes too short for the header, and the two parts of the line for another first
+#: byte (its two lower-case hex digits between them).
+TOO_SHORT = "Unknown magic byte! (the bytes are too short for the Schema Registry wire format)"
+OTHER_MAGIC = ("Unknown magic byte! (the first byte is 0x", ", not 0x00: not in the Schema Registry wire format)")
+
+
 def wire_format_message(first: bytes) -> str:
     """The one line for bytes that are not framed: ``first`` is their first byte (or none)."""
-    if not first:
-        return "Unknown magic byte! (the bytes are too short for the Schema Registry wire format)"
-    return (f"Unknown magic byte! (the first byte is 0x{first[0]:02x}, not 0x00: "
-            "not in the Schema Registry wire format)")
+    return f"{OTHER_MAGIC[0]}{first[0]:02x}{OTHER_MAGIC[1]}" if first else TOO_SHORT
 
 
 def frame(schema_id: int, datum: bytes) -> bytes:

@@ -53,9 +53,10 @@ if TYPE_CHECKING:
     #: A writer schema's text by id (the registry): raises for an id it does not know.
     SchemaLookup = Callable[[int], str]
 
-#: Converters whose output :func:`to_outbox` maps with Spark column expressions alone.
-_COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER, *REGISTRY_AVRO_CONVERTERS)
-_COLUMN_VALUE_CONVERTERS = (
+#: Converters whose output :func:`to_outbox` maps with Spark column expressions alone (a Schema
+#: Registry converter only beside another of these: the two share one column mapping).
+COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER, *REGISTRY_AVRO_CONVERTERS)
+COLUMN_VALUE_CONVERTERS = (
     BYTE_ARRAY_CONVERTER,
     STRING_CONVERTER,
     BOOLEAN_CONVERTER,
@@ -70,14 +71,15 @@ _COLUMN_VALUE_CONVERTERS = (
 
 def uses_column_path(settings: CpsSinkSettings) -> bool:
     """True when :func:`to_outbox` needs no Python at all (byte/string keys, non-JSON values)."""
-    return settings.key_converter in _COLUMN_KEY_CONVERTERS and settings.value_converter in _COLUMN_VALUE_CONVERTERS
+    return settings.key_converter in COLUMN_KEY_CONVERTERS and settings.value_converter in COLUMN_VALUE_CONVERTERS
 
 
 def uses_compact_json_path(settings: CpsSinkSettings) -> bool:
     """True when :func:`to_outbox` maps schemaless JSON values with column expressions, leaving
     the reference only the records whose JSON Spark may write differently (byte/string keys)."""
     return (
-        settings.key_converter in _COLUMN_KEY_CONVERTERS
+        settings.key_converter in COLUMN_KEY_CONVERTERS
+        and settings.key_converter not in REGISTRY_AVRO_CONVERTERS
         and settings.value_converter == JSON_CONVERTER
         and not settings.value_schemas_enable
     )
@@ -179,9 +181,9 @@ class CpsSinkConversion:
         self._columns: _ColumnOutbox | None = None
         self._classified: list[Column | str] = []
         self._exact: Column | None = None
-        self._registry = _RegistryColumns(settings, schemas) if uses_registry(settings) else None
-        if uses_column_path(settings) or uses_compact_json_path(settings):
-            self._columns = None if self._registry else _ColumnOutbox(settings, with_skipped_headers)
+        self._registry = _RegistryColumns(settings, schemas, with_skipped_headers) if uses_registry(settings) else None
+        if self._registry is None and (uses_column_path(settings) or uses_compact_json_path(settings)):
+            self._columns = _ColumnOutbox(settings, with_skipped_headers)
         if uses_compact_json_path(settings):
             self._classified = _classified_columns(settings)
             self._exact = F.col(_JSON_EXACT)
@@ -189,7 +191,7 @@ class CpsSinkConversion:
     def to_outbox(self, bronze_df: DataFrame, *, classified: bool = False) -> DataFrame:
         """See :func:`to_outbox`."""
         if self._registry is not None:
-            return self._registry.outbox(bronze_df, self._with_skipped_headers)
+            return self._registry.outbox(bronze_df)
         if self._columns is None:
             return self._reference(bronze_df)
         if self._exact is None:
@@ -236,17 +238,22 @@ class _RegistryColumns:
     unseen one looked up once, and the mapping built once per set of ids (kept while later
     batches bring no new one)."""
 
-    def __init__(self, settings: CpsSinkSettings, schemas: SchemaLookup | None):
+    def __init__(self, settings: CpsSinkSettings, schemas: SchemaLookup | None, with_skipped_headers: bool):
         if schemas is None:
             raise ValueError("the Schema Registry converters need the writer schemas' lookup")
+        if not uses_column_path(settings):
+            raise ValueError(f"a Schema Registry converter maps in columns: key.converter={settings.key_converter} and "
+                             f"value.converter={settings.value_converter} cannot share that mapping")
         self.settings = settings
         self.lookup = schemas
+        self.with_skipped_headers = with_skipped_headers
         self.known: dict[int, str | Exception] = {}
-        self.built: tuple[tuple[int, ...], bool, _ColumnOutbox] | None = None
+        #: The ids the mapping was built for, and the mapping.
+        self.built: tuple[tuple[int, ...], _ColumnOutbox] | None = None
         self.sides = [side for side, name in (("key", settings.key_converter), ("value", settings.value_converter))
                       if name in REGISTRY_AVRO_CONVERTERS]
 
-    def outbox(self, bronze_df: DataFrame, with_skipped_headers: bool) -> DataFrame:
+    def outbox(self, bronze_df: DataFrame) -> DataFrame:
         from pubsub_connect.model.avro.batch import framed_outcome, schema_ids
 
         ids = schema_ids(bronze_df, self.sides)
@@ -254,16 +261,17 @@ class _RegistryColumns:
             if schema_id not in self.known:
                 self.known[schema_id] = self._writer_schema(schema_id)
         wanted = tuple(sorted(self.known))
-        if self.built is None or self.built[:2] != (wanted, with_skipped_headers):
+        if self.built is None or self.built[0] != wanted:
             from pyspark.sql import functions as F
 
             body_name = self.settings.message_body_name
             outcomes = {side: framed_outcome(F.col(side), self.known, body_name, f"_avro_{side}",
                                              _replaced_attributes(self.settings), as_key=side == "key")
                         for side in self.sides}
-            columns = _ColumnOutbox(self.settings, with_skipped_headers, outcomes.get("key"), outcomes.get("value"))
-            self.built = (wanted, with_skipped_headers, columns)
-        return self.built[2].apply(bronze_df.select(*_mapped_columns(self.settings)))
+            columns = _ColumnOutbox(self.settings, self.with_skipped_headers, outcomes.get("key"),
+                                    outcomes.get("value"))
+            self.built = (wanted, columns)
+        return self.built[1].apply(bronze_df.select(*_mapped_columns(self.settings)))
 
     def _writer_schema(self, schema_id: int) -> str | Exception:
         """The schema's text; an id the registry does not know is the records' fault (kept as the
@@ -376,13 +384,13 @@ class _ColumnOutbox:
         # keys' and values' UTF-8 size, known without walking the map.
         string_map = "map<string,string>"
         no_attributes = F.create_map().cast(string_map)
-        ts_ms = F.unix_millis(col("timestamp"))
-        has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
         maps = [F.when(key.isNotNull(), F.create_map(F.lit(KEY_ATTRIBUTE), key_text)).otherwise(no_attributes)]
         sizes = [F.when(key.isNotNull(), len(KEY_ATTRIBUTE) + F.octet_length(key_text)).otherwise(0)]
         if value_avro is not None:  # a record's fields first, without those the attributes below replace
             sizes.insert(0, value_avro.attribute_bytes)
         if s.metadata_publish:
+            ts_ms = F.unix_millis(col("timestamp"))
+            has_ts = ts_ms.isNotNull() & (ts_ms >= 0)
             metadata = [
                 (TOPIC_ATTRIBUTE, col("topic")),
                 (PARTITION_ATTRIBUTE, col("partition").cast("string")),

@@ -76,7 +76,8 @@ class CpsSinkSettings:
             )
         for name in (self.key_converter, self.value_converter):
             if name not in KNOWN_CONVERTERS and name not in REGISTRY_AVRO_CONVERTERS:
-                raise ValueError(f"unsupported converter {name!r}; supported: {', '.join(KNOWN_CONVERTERS)}")
+                supported = ", ".join((*KNOWN_CONVERTERS, *REGISTRY_AVRO_CONVERTERS))
+                raise ValueError(f"unsupported converter {name!r}; supported: {supported}")
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from pubsub_connect.model.cps_source.settings import (
     unicode_digits,
 )
 from pubsub_connect.model.frames import utf8_bytes
+from pubsub_connect.model.json_columns import jackson_base64, jackson_escapes, jackson_string, json_inner
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -128,57 +129,6 @@ def _append_data_hash(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBa
 _JSON_STRING_RE = r'"[^"\\]*+(?:\\.[^"\\]*+)*+"'
 
 
-def _json_inner(js: Column) -> Column:
-    """``{…}`` or ``[…]`` → ``…`` (the JSON without its outer brackets)."""
-    from pyspark.sql import functions as F
-
-    return F.substring(js, F.lit(2), F.length(js) - 2)
-
-
-#: Characters per line of chunked (MIME) base64.
-_BASE64_LINE = 76
-
-
-def _base64_col(data: Column) -> Column:
-    """Base64 of a binary column as Jackson writes it in JSON (one line)."""
-    from pyspark.sql import functions as F
-
-    # Spark chunks base64 into lines of 76 characters joined by CRLF unless the session sets
-    # spark.sql.chunkBase64String.enabled=false (the product's own sessions and job clusters do);
-    # Jackson never chunks. Chunked text has its first CRLF at characters 77-78, where unchunked
-    # text has two base64 characters, so that one O(1) look tells the two apart row by row,
-    # whatever the setting was when the plan was analysed. Removing CRLF is exact (they are not in
-    # the alphabet), but the scan costs about 6 µs per KB: 3 to 4 times the base64 itself.
-    encoded = F.base64(data)
-    chunked = F.substring(encoded, _BASE64_LINE + 1, 2) == F.lit("\r\n")
-    return F.when(chunked, F.replace(encoded, F.lit("\r\n"), F.lit(""))).otherwise(encoded)
-
-
-#: Java regex of one character outside the BMP (Spark's ``rlike`` is java.util.regex).
-_SUPPLEMENTARY_SQL_RE = "[\\x{10000}-\\x{10FFFF}]"
-
-
-def _jackson_escapes_col(json_text: Column) -> Column:
-    """:func:`~pubsub_connect.model.converters.escape_supplementary_as_jackson` as a Spark
-    expression: characters outside the BMP become ``\\uXXXX\\uXXXX`` (upper-case hex).
-
-    Spark's ``to_json`` writes them as UTF-8, Kafka's JsonConverter as escapes. Rows without such a
-    character (almost all) only pay the ``rlike``; the others are split into characters (Java's
-    ``.`` matches a whole surrogate pair) and each 4-byte one is replaced by the hex of its UTF-16
-    halves. Apply to attribute/key JSON only, never to the base64 of the data (ASCII anyway).
-    """
-    from pyspark.sql import functions as F
-
-    def escape(c: Column) -> Column:
-        units = F.hex(F.encode(c, "UTF-16BE"))
-        pair = F.concat(F.lit("\\u"), F.substring(units, 1, 4), F.lit("\\u"), F.substring(units, 5, 4))
-        return F.when(F.octet_length(c) == F.lit(4), pair).otherwise(c)
-
-    characters = F.regexp_extract_all(json_text, F.lit("(?s)(.)"), 1)
-    escaped = F.array_join(F.transform(characters, escape), "")
-    return F.when(json_text.rlike(_SUPPLEMENTARY_SQL_RE), escaped).otherwise(json_text)
-
-
 def _json_envelope_col(schema: Schema, payload: Column, schemas: bool) -> Column:
     """JsonConverter bytes of a value with a fixed ``schema`` from its JSON ``payload`` text."""
     from pyspark.sql import functions as F
@@ -191,11 +141,9 @@ def _json_envelope_col(schema: Schema, payload: Column, schemas: bool) -> Column
 def key_col(key: Column, settings: CpsSourceSettings) -> Column:
     """:func:`serialize_key` as a Spark expression over the string key (without its error case:
     a number/boolean converter's key is checked separately)."""
-    from pyspark.sql import functions as F
 
     if settings.key_converter == JSON_CONVERTER:
-        # to_json of a one-element array is Jackson's text of the string (or ``null``) in brackets.
-        payload = _jackson_escapes_col(_json_inner(F.to_json(F.array(key))))
+        payload = jackson_string(key)
         return _json_envelope_col(OPTIONAL_STRING, payload, settings.key_schemas_enable)
     return utf8_bytes(key)
 
@@ -205,7 +153,7 @@ def bytes_value_col(data: Column, settings: CpsSourceSettings) -> Column:
     from pyspark.sql import functions as F
 
     if settings.value_converter == JSON_CONVERTER:
-        payload = F.concat(F.lit('"'), _base64_col(data), F.lit('"'))
+        payload = F.concat(F.lit('"'), jackson_base64(data), F.lit('"'))
         return _json_envelope_col(BYTES, payload, settings.value_schemas_enable)
     return data
 
@@ -226,17 +174,17 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
         type_, optional = ATTRIBUTE_FIELD_SCHEMA.type.value, str(ATTRIBUTE_FIELD_SCHEMA.optional).lower()
         return f'{{"type":"{type_}","optional":{optional},"field":{json_name}}}'
 
-    b64 = _base64_col(data)
+    b64 = jackson_base64(data)
     has_attributes = F.size(entries) > 0
     attributes = F.when(
         has_attributes,
-        F.concat(F.lit(","), _jackson_escapes_col(_json_inner(F.to_json(F.map_from_entries(entries))))),
+        F.concat(F.lit(","), jackson_escapes(json_inner(F.to_json(F.map_from_entries(entries))))),
     ).otherwise(F.lit(""))
     ordering = F.when(
         made,
         F.concat(
             F.lit(f',"{ORDERING_KEY_ATTRIBUTE}":'),
-            _jackson_escapes_col(_json_inner(F.to_json(F.array(ordering_key)))),
+            jackson_string(ordering_key),
         ),
     ).otherwise(F.lit(""))
     payload = F.concat(F.lit(f'{{"{MESSAGE_FIELD}":"'), b64, F.lit('"'), attributes, ordering, F.lit("}"))
@@ -247,9 +195,9 @@ def _struct_json_col(entries: Column, made: Column, ordering_key: Column, data: 
         has_attributes,
         F.concat(
             F.lit(","),
-            _json_inner(
+            json_inner(
                 F.regexp_replace(
-                    _jackson_escapes_col(F.to_json(entries["key"])), _JSON_STRING_RE, attribute_field("$0")
+                    jackson_escapes(F.to_json(entries["key"])), _JSON_STRING_RE, attribute_field("$0")
                 )
             ),
         ),
