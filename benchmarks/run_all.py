@@ -64,6 +64,8 @@ BENCHMARKS = (
               ("--mode", "continuous", "--records", "500000")),
     Benchmark("convert", ("--records", "100000", "--reference-records", "20000", "--rounds", "3"),
               ("--records", "400000", "--reference-records", "50000", "--rounds", "5")),
+    Benchmark("source_convert", ("--records", "100000", "--reference-records", "20000", "--rounds", "3"),
+              ("--records", "400000", "--reference-records", "50000", "--rounds", "5")),
     Benchmark("ordering", ("--records", "50000", "--rounds", "2"), ("--records", "100000", "--rounds", "4")),
     # --full at the rate of the latency goal (1,000 msg/s), long enough for a first and last third
     Benchmark("latency", ("--rate", "50", "--seconds", "20"), ("--rate", "1000", "--seconds", "60")),

@@ -35,6 +35,8 @@ MEASURED_SECONDS = {
     "reference/test_reference_source.py": 252,
     # Measured alone (Google's worker started for it): 121 s.
     "reference/test_avro_conformance.py": 130,
+    # Measured alone (Google's worker started for it, its jars cached): 60 s.
+    "reference/test_avro_source_conformance.py": 60,
     "e2e/test_declarative_lite.py": 250,
     "e2e/test_kafka_security.py": 228,
     "reference/test_reference_lite.py": 226,
@@ -55,6 +57,8 @@ MEASURED_SECONDS = {
     "e2e/test_cps_sink_fused.py": 80,
     # Measured alone (its registry and the emulator shared with the session): 52 s.
     "e2e/test_cps_sink_avro.py": 60,
+    # Measured alone (registry and emulator started for it): 54 s.
+    "e2e/test_cps_source_avro.py": 50,
     "reliability/test_produce_rejects.py": 71,
     "integration/test_services.py": 65,
     "e2e/test_quickstart.py": 64,

@@ -5,11 +5,7 @@ data model to the Pub/Sub emulator."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import socket
-import threading
-import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,9 +15,9 @@ from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
 from e2e.harness import context, run_once, sink_config
+from e2e.registry_outage import Outage, run_through_outage
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
-from pubsub_connect.io.services.process import free_port
 from pubsub_connect.io.tables import TableRef
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
@@ -93,56 +89,6 @@ def test_avro_records_reach_pubsub_as_googles_sink_publishes_them(
     assert messages[1].startswith("value: Schema Registry GET /schemas/ids/2147483632: ") and "40403" in messages[1]
 
 
-class Outage:
-    """A loopback TCP forwarder to the registry that can be taken down (connections refused) and
-    brought back on the same port: the registry keeps its schemas, the connector loses its route."""
-
-    def __init__(self, target_port: int):
-        self.target_port = target_port
-        self.port = free_port()
-        self.listener: socket.socket | None = None
-        self.open: list[socket.socket] = []
-        self.up()
-
-    def up(self) -> None:
-        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self.listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def down(self) -> None:
-        if self.listener is not None:
-            with contextlib.suppress(OSError):  # wakes the accepting thread (a close alone does not)
-                self.listener.shutdown(socket.SHUT_RDWR)
-            self.listener.close()
-            self.listener = None
-        for connection in self.open:
-            with contextlib.suppress(OSError):
-                connection.close()
-        self.open.clear()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            self.open += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        with contextlib.suppress(OSError):
-            sink.shutdown(socket.SHUT_WR)
-
-
 def test_a_registry_that_goes_away_restarts_the_stage_and_loses_nothing(
         spark, kafka_bootstrap: str, registry_service, tmp_path: Path, unique_name: str) -> None:
     """The registry unreachable while records wait: the convert stage restarts (one line per
@@ -154,38 +100,15 @@ def test_a_registry_that_goes_away_restarts_the_stage_and_loses_nothing(
         unique_name, MessageField.VALUE)), key=f"k{n}".encode()) for n in range(1, 11)])
     _, subscription = create_topic_and_subscription(unique_name)
     outage = Outage(registry_service.port)
-    outage.down()
     connector = sink_config(unique_name, unique_name, unique_name, **{
         "key.converter": "org.apache.kafka.connect.storage.StringConverter",
         "value.converter": "io.confluent.connect.avro.AvroConverter",
         "value.converter.schema.registry.url": f"http://127.0.0.1:{outage.port}/apis/ccompat/v7",
         "messageBodyName": "name"})
-    lines: list[str] = []
-    failures: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            run_once(spark, kafka_bootstrap, tmp_path, connector, lines)
-        except BaseException as exc:  # reported below
-            failures.append(exc)
-
-    runner = threading.Thread(target=run)
-    runner.start()
-    try:
-        restarted = f"[{unique_name}.convert] "
-        deadline = time.monotonic() + 300
-        while not any(line.startswith(restarted) and "restarting from the checkpoint" in line for line in lines):
-            assert runner.is_alive() and time.monotonic() < deadline, (failures, lines)
-            time.sleep(0.1)
-    finally:
-        outage.up()
-        runner.join()
-    outage.down()
-    assert failures == []
-    restart = next(line for line in lines if line.startswith(restarted))
-    assert restart == (f"{restarted}SchemaRegistryUnreachableError: Schema Registry unreachable (http://127.0.0.1:"
-                       f"{outage.port}/apis/ccompat/v7: [Errno 111] Connection refused); restarting from the "
-                       "checkpoint in 1 s (restart 1)")
+    restart = run_through_outage(spark, kafka_bootstrap, tmp_path, connector, outage, "convert")
+    assert restart == (f"[{unique_name}.convert] SchemaRegistryUnreachableError: Schema Registry unreachable "
+                       f"(http://127.0.0.1:{outage.port}/apis/ccompat/v7: [Errno 111] Connection refused); "
+                       "restarting from the checkpoint in 1 s (restart 1)")
     assert sorted(m.data for m in pull_all(subscription, 10, timeout=60)) == sorted(
         f"order-{n}".encode() for n in range(1, 11))
     assert context(spark, kafka_bootstrap, tmp_path).store.count(TableRef("dlq", unique_name)) == 0

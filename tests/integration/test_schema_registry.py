@@ -122,3 +122,39 @@ def test_basic_authentication_as_connect_users_configure_it(recorder: str) -> No
 def test_settings_errors_are_one_line(keys: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         settings_from(keys)
+
+
+def test_a_sources_ids_follow_each_sides_registration_keys(schema_registry_url: str) -> None:
+    """``written_schema_ids`` as Confluent's serializer gets ids: registered by default; looked up
+    with ``auto.register.schemas=false`` (a schema the subject lacks fails its records); the
+    latest version with ``use.latest.version=true`` (which must be the record's schema here)."""
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.model.avro.writer import SchemaRegistrationError
+    from pubsub_connect.pipelines.writer_schemas import written_schema_ids
+
+    def ids(**keys: str):
+        config = cfg.validate_connector({
+            "name": "s", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "t", "cps.project": "p",
+            "cps.subscription": "s", "value.converter": "io.confluent.connect.avro.AvroConverter",
+            "value.converter.schema.registry.url": schema_registry_url,
+            **{f"value.converter.{k.replace('_', '.')}": v for k, v in keys.items()}}, "s.properties")
+        found = written_schema_ids(config)
+        assert found is not None
+        return found
+
+    subject = f"orders-{uuid.uuid4().hex}-value"
+    client = SchemaRegistryClient(RegistrySettings((schema_registry_url,)))
+    with pytest.raises(SchemaRegistrationError) as missing:
+        ids(auto_register_schemas="false")("value", subject, RECORD)
+    assert str(missing.value).startswith(f"Schema Registry POST /subjects/{subject}: ") and "HTTP 404" in \
+        str(missing.value)
+    registered = ids()("value", subject, RECORD)
+    assert client.latest(subject).schema_id == registered
+    assert ids(auto_register_schemas="false")("value", subject, RECORD) == registered
+    client.register(subject, EVOLVED)
+    latest = ids(auto_register_schemas="false", use_latest_version="true")
+    assert latest("value", subject, EVOLVED) == client.latest(subject).schema_id
+    with pytest.raises(SchemaRegistrationError) as other:
+        latest("value", subject, RECORD)
+    assert str(other.value) == (f"use.latest.version: the latest version of subject {subject} (id "
+                                f"{client.latest(subject).schema_id}) is not this record's schema {RECORD}")

@@ -276,6 +276,10 @@ def test_the_schema_registry_converter_keys_as_connect_users_write_them(capsys: 
     ({"value.converter": "org.apache.kafka.connect.json.JsonConverter",
       "key.converter": "io.confluent.connect.avro.AvroConverter", "key.converter.schema.registry.url": "http://r"},
      "value.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry"),
+    ({"value.converter.schema.registry.url": "http://r",
+      "value.converter.value.subject.name.strategy": "com.example.MyStrategy"},
+     "value.converter.value.subject.name.strategy=com.example.MyStrategy is not one of TopicNameStrategy, "
+     "RecordNameStrategy, TopicRecordNameStrategy"),
     ({"value.converter.schema.registry.url": "http://r1", "key.converter": "io.confluent.connect.avro.AvroConverter",
       "key.converter.schema.registry.url": "http://r2"},
      "key.converter and value.converter name different Schema Registries; one connector's schema ids come from one "
@@ -287,6 +291,17 @@ def test_schema_registry_converter_errors_are_one_line(extra: dict[str, str], me
     assert "\n" not in str(err.value)
 
 
+def test_the_source_takes_registry_converters_beside_any_it_writes_with() -> None:
+    """A source writes its keys and values itself: a JSON key beside an Avro value is fine."""
+    config = cfg.validate_connector({
+        "name": "avro-source", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "orders",
+        "cps.project": "p", "cps.subscription": "s", "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": "http://r", "value.converter.auto.register.schemas": "false",
+        "key.converter": "org.apache.kafka.connect.json.JsonConverter"}, "avro-source.properties")
+    assert config.get("value.converter.auto.register.schemas") is False
+    assert config.get("value.converter.use.latest.version") is False
+
+
 def test_apicurios_converter_is_the_same_thing() -> None:
     from pubsub_connect.pipelines.writer_schemas import registry_settings
 
@@ -296,7 +311,8 @@ def test_apicurios_converter_is_the_same_thing() -> None:
     assert registry_settings(config, "value").urls == ("http://127.0.0.1:8080/apis/ccompat/v7",)
 
 
-def test_the_avro_example_validates() -> None:
-    (connector,) = cfg.load([FIXTURES / "cps-sink-avro.properties"], FIXTURES / "worker.properties").connectors
+@pytest.mark.parametrize(("example", "kind"), [("cps-sink-avro", "cps_sink"), ("cps-source-avro", "cps_source")])
+def test_the_avro_examples_validate(example: str, kind: str) -> None:
+    (connector,) = cfg.load([FIXTURES / f"{example}.properties"], FIXTURES / "worker.properties").connectors
     assert (connector.kind, connector.get("value.converter"), connector.get("value.converter.schema.registry.url")) \
-        == ("cps_sink", "io.confluent.connect.avro.AvroConverter", "http://127.0.0.1:8081/apis/ccompat/v7")
+        == (kind, "io.confluent.connect.avro.AvroConverter", "http://127.0.0.1:8081/apis/ccompat/v7")

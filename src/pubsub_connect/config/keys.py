@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pubsub_connect.config.errors import MASK, ConfigError
+from pubsub_connect.model.avro.writer import TOPIC_NAME_STRATEGY
 from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     KNOWN_CONVERTERS,
@@ -98,7 +99,6 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 
 #: Every ``key.converter`` / ``value.converter`` a connector file may name.
 CONVERTERS: tuple[str, ...] = (*KNOWN_CONVERTERS, *REGISTRY_AVRO_CONVERTERS)
-TOPIC_NAME_STRATEGY = "io.confluent.kafka.serializers.subject.TopicNameStrategy"
 
 
 def registry_converter_keys(side: str, defaults: bool = True) -> tuple[Key, ...]:
@@ -120,9 +120,10 @@ def registry_converter_keys(side: str, defaults: bool = True) -> tuple[Key, ...]
         _k(prefix + "schema.registry.ssl.truststore.location", "string", None,
            "Schema Registry converters: the CA certificates (PEM) to trust for an https registry."),
         _k(prefix + "auto.register.schemas", "boolean", d(True), "Schema Registry converters, source connectors: "
-           "register the written schema under its subject."),
-        _k(prefix + "use.latest.version", "boolean", d(False), "Schema Registry converters, source connectors: "
-           "write with the subject's latest version."),
+           "register the written schema under its subject (else look it up there)."),
+        _k(prefix + "use.latest.version", "boolean", d(False), "Schema Registry converters, source connectors, "
+           "with auto.register.schemas=false: write with the subject's latest version (which must be the record's "
+           "schema)."),
         _k(prefix + f"{side}.subject.name.strategy", "class", d(TOPIC_NAME_STRATEGY),
            "Schema Registry converters: the subject a schema is registered under."),
         _k(prefix + "apicurio.registry.url", "string", None, "Apicurio's AvroConverter: the registry's "

@@ -40,6 +40,7 @@ from pubsub_connect.config.keys import (
 )
 from pubsub_connect.config.properties import read_properties
 from pubsub_connect.config.providers import DEFAULT_PROVIDERS, ConfigProviders
+from pubsub_connect.model.avro.writer import SUBJECT_NAME_STRATEGIES
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 from pubsub_connect.model.cps_sink.batch import COLUMN_KEY_CONVERTERS, COLUMN_VALUE_CONVERTERS
 
@@ -256,7 +257,7 @@ def _cross_checks(config: ConnectorConfig) -> None:
 
 
 #: The connectors whose data model reads and writes the Schema Registry converters' data.
-REGISTRY_CONNECTORS = (CPS_SINK,)
+REGISTRY_CONNECTORS = (CPS_SINK, CPS_SOURCE)
 
 
 def _registry_checks(config: ConnectorConfig) -> None:
@@ -268,7 +269,7 @@ def _registry_checks(config: ConnectorConfig) -> None:
         if config.kind not in REGISTRY_CONNECTORS:
             raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
                               f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
-                              "Pub/Sub sink)")
+                              "Pub/Sub sink and source)")
         if not any(_registry_urls(config, side)):
             raise ConfigError(f"{config.source}: {side}.converter={short} needs "
                               f"{side}.converter.schema.registry.url (the Schema Registry's URL)")
@@ -276,9 +277,15 @@ def _registry_checks(config: ConnectorConfig) -> None:
                 ":" not in str(config.get(f"{side}.converter.basic.auth.user.info") or ""):
             raise ConfigError(f"{config.source}: {side}.converter.basic.auth.credentials.source=USER_INFO needs "
                               f"{side}.converter.basic.auth.user.info=<user>:<password>")
+        strategy = config.get(f"{side}.converter.{side}.subject.name.strategy")
+        if strategy not in SUBJECT_NAME_STRATEGIES:
+            raise ConfigError(f"{config.source}: {side}.converter.{side}.subject.name.strategy={strategy} is not one "
+                              f"of {', '.join(s.rsplit('.', 1)[-1] for s in SUBJECT_NAME_STRATEGIES)}")
     if not sides:
         return
-    beside = {"key": COLUMN_KEY_CONVERTERS, "value": COLUMN_VALUE_CONVERTERS}
+    # The sink decodes in columns only: the other side must map there too. A source writes any
+    # key its converters can.
+    beside = {"key": COLUMN_KEY_CONVERTERS, "value": COLUMN_VALUE_CONVERTERS} if config.kind == CPS_SINK else {}
     for side, allowed in beside.items():
         if config.get(f"{side}.converter") not in allowed:
             raise ConfigError(f"{config.source}: {side}.converter={config.get(f'{side}.converter')} cannot be "

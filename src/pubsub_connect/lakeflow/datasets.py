@@ -201,12 +201,16 @@ def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore
     if uses_registry(settings):
         # Their column mapping is built from the writer schemas each micro-batch holds, which a
         # pipeline's streaming view cannot look at before it runs.
-        raise ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
-                          "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
+        raise _registry_refused(config)
     bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))
     _define_sink_tables(graph, config, view, split_pubsub_outbox, PUBSUB_OUTBOX)
+
+
+def _registry_refused(config: cfg.ConnectorConfig) -> ConfigError:
+    return ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
+                       "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
 
 
 def define_lite_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
@@ -223,6 +227,8 @@ def define_cps_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSto
     from pubsub_connect.pipelines.cps_source import check_settings
 
     settings = check_settings(config)
+    if settings.avro_key or settings.avro_value:  # a record's schema is registered before it is written
+        raise _registry_refused(config)
     bronze = TableRef(BRONZE, config.name)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
 

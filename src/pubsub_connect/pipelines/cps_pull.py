@@ -20,7 +20,8 @@ import pyarrow as pa
 
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.loader import ConnectorConfig
-from pubsub_connect.io.pubsub.leases import LeaseExtender, ack
+from pubsub_connect.io.pubsub.errors import PubSubIOError
+from pubsub_connect.io.pubsub.leases import LeaseExtender, ack, nack
 from pubsub_connect.io.pubsub.subscriber import PulledMessage, StreamingPuller, pull_batch, subscriber_client
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.cps_source.reference import check_value_converter
@@ -64,6 +65,9 @@ def source_settings(config: ConnectorConfig) -> CpsSourceSettings:
         value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
         key_converter=str(config.get("key.converter")),
         key_schemas_enable=bool(config.get("key.converter.schemas.enable")),
+        kafka_topic=str(config.get("kafka.topic") or ""),
+        key_subject_strategy=str(config.get("key.converter.key.subject.name.strategy")),
+        value_subject_strategy=str(config.get("value.converter.value.subject.name.strategy")),
     )
 
 
@@ -148,6 +152,19 @@ class Puller:
         else:
             ack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
 
+    def _give_back(self, messages: list[PulledMessage]) -> None:
+        """A window that failed hands its messages back for immediate redelivery, so the
+        restarted stage gets them at once rather than after their leases lapse (a failure here
+        only delays them: they come back either way)."""
+        try:
+            if self._streamer is not None:
+                self._streamer.nack(messages)
+            elif self._subscriber is not None:
+                nack(self._subscriber, self.sub_config.subscription_path, [m.ack_id for m in messages])
+        except PubSubIOError as exc:
+            log.warning("%s: could not hand back %d message(s) of a failed window (%s); they come back when their "
+                        "leases lapse", self.config.name, len(messages), exc)
+
     def run_batch(self, window_s: float) -> BatchDeliveries:
         """Pull one batch, commit it, ack it. Returns its counts (0 delivered: nothing came).
 
@@ -158,12 +175,16 @@ class Puller:
         if not messages:
             return BatchDeliveries(0, 0)
         table = messages_to_arrow(messages, self.sub_config.subscription_path)
-        if self._streamer is None:
-            with LeaseExtender(self._subscriber, self.sub_config.subscription_path,
-                                      [m.ack_id for m in messages], deadline_s=LEASE_S):
+        try:
+            if self._streamer is None:
+                with LeaseExtender(self._subscriber, self.sub_config.subscription_path,
+                                   [m.ack_id for m in messages], deadline_s=LEASE_S):
+                    self.write(table)
+            else:  # the streaming client keeps extending leases of messages it holds
                 self.write(table)
-        else:  # the streaming client keeps extending leases of messages it holds
-            self.write(table)
+        except BaseException:
+            self._give_back(messages)
+            raise
         self._ack(messages)
         batch = self.redeliveries.committed(m.message_id for m in messages)
         verdict = self.redeliveries.verdict(self.sub_config.subscription_path)

@@ -1,6 +1,7 @@
 """The writer schemas of a connector's Schema Registry converters: its ``*.converter.*`` keys as
 a client of the registry (:mod:`pubsub_connect.io.schema_registry`), and that client as the
-lookup by id the data model's JVM path asks (:class:`~pubsub_connect.model.cps_sink.batch.CpsSinkConversion`).
+lookup by id the data model's JVM path asks (:class:`~pubsub_connect.model.cps_sink.batch.CpsSinkConversion`),
+or, for a source, as the ids its records are written with (:func:`written_schema_ids`).
 
 What the lookup raises says who is at fault: an id the registry does not know, or a schema that
 is not Avro, is the record's (:class:`~pubsub_connect.model.avro.wire.UnknownSchemaIdError`, a
@@ -11,12 +12,20 @@ connector (401, 403) stops it with the registry's one line.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 
 from pubsub_connect.config.loader import ConnectorConfig
-from pubsub_connect.io.schema_registry import RegistrySettings, SchemaRegistryClient, UnknownSchemaError, settings_from
+from pubsub_connect.io.schema_registry import (
+    RegistrySettings,
+    SchemaRegistryClient,
+    SchemaRegistryError,
+    UnknownSchemaError,
+    settings_from,
+)
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError
+from pubsub_connect.model.avro.writer import SchemaIds, SchemaRegistrationError
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 
 #: Apicurio's own API roots, whose Confluent API is ``/apis/ccompat/v7`` beside them.
@@ -55,3 +64,54 @@ def writer_schema_lookup(config: ConnectorConfig) -> Callable[[int], str] | None
         return found.text
 
     return lookup
+
+
+#: Statuses with which a registry refuses the connector itself (not one schema): they stop it.
+_REFUSES_CONNECTOR = (401, 403)
+
+
+def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
+    """The ids a source's registry converters write (None without one), as Confluent's
+    serializer gets them with each side's settings: registered under the subject
+    (``auto.register.schemas=true``, the default); else the subject's latest version
+    (``use.latest.version=true``), which must be the record's schema here; else looked up.
+
+    A schema the registry refuses, or does not have, fails the records written with it (a
+    :class:`SchemaRegistrationError`: dead letters with the registry's line); ids are remembered
+    for the connector's life, refusals are asked again."""
+    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    if not sides:
+        return None
+    client = SchemaRegistryClient(registry_settings(config, sides[0]))
+    known: dict[tuple[str, str, str], int] = {}
+
+    def schema_id(side: str, subject: str, text: str) -> int:
+        remembered = known.get((side, subject, text))
+        if remembered is not None:
+            return remembered
+        try:
+            if config.get(f"{side}.converter.auto.register.schemas"):
+                found = client.register(subject, text)
+            elif config.get(f"{side}.converter.use.latest.version"):
+                found = _latest_if_same(client, subject, text)
+            else:
+                found = client.lookup(subject, text)
+        except SchemaRegistryError as exc:
+            if exc.status in _REFUSES_CONNECTOR:
+                raise
+            raise SchemaRegistrationError(str(exc)) from None
+        known[(side, subject, text)] = found
+        return found
+
+    return schema_id
+
+
+def _latest_if_same(client: SchemaRegistryClient, subject: str, text: str) -> int:
+    """``use.latest.version``: the latest version's id when it is the record's schema. Confluent's
+    serializer also writes a record with a later, compatible version; a source here writes the
+    schema its record has (the README lists the difference)."""
+    latest = client.latest(subject)
+    if json.loads(latest.text) != json.loads(text):
+        raise SchemaRegistrationError(f"use.latest.version: the latest version of subject {subject} (id "
+                                      f"{latest.schema_id}) is not this record's schema {text}")
+    return latest.schema_id

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from pubsub_connect.model.avro.writer import SchemaIds
 from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, Schema
 from pubsub_connect.model.converters import (
     BOOLEAN_CONVERTER,
@@ -22,6 +23,7 @@ from pubsub_connect.model.converters import (
 )
 from pubsub_connect.model.cps_source.arrow_hashes import java_bytes_hash_array
 from pubsub_connect.model.cps_source.reference import check_value_converter
+from pubsub_connect.model.cps_source.registry_columns import RegistryColumns
 from pubsub_connect.model.cps_source.settings import (
     ATTRIBUTE_FIELD_SCHEMA,
     ATTRIBUTES_TYPE,
@@ -41,6 +43,7 @@ from pubsub_connect.model.cps_source.settings import (
     InvalidTimestampError,
     KeyConverterError,
     StructConverterError,
+    UnsupportedConverterError,
     duplicate_field_message,
     key_converter_message,
     struct_converter_message,
@@ -228,7 +231,7 @@ def _staged_input() -> StructType:
     ])
 
 
-def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
+def _staged(settings: CpsSourceSettings, registry: RegistryColumns | None = None) -> Callable[[DataFrame], DataFrame]:
     """Rows of unique messages → the same rows with every output column computed except the
     round-robin partition.
 
@@ -239,7 +242,9 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
     Helper columns: ``_rr`` (row takes the round-robin counter), ``_publish_ms`` and
     ``message_id`` (its order), ``_partition_fixed`` (partition of the other schemes), and
     ``_publish_time``, ``_attributes``, ``_subscription`` carried through for the outbox and the
-    dead letters of a streaming conversion.
+    dead letters of a streaming conversion. With a Schema Registry converter, ``registry``
+    frames keys and values and its per-batch columns (see :mod:`.registry_columns`) are added
+    between the checks and the classification.
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, StructField, StructType
@@ -298,6 +303,10 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
         (parsed.isNotNull() & ((parsed < NO_TIMESTAMP) | (parsed > F.lit(MAX_TIMESTAMP_MS)))).alias("_bad_ts"),
         (clash if struct_mode else F.lit(None).cast("string")).alias("_clash"),
     ]
+    if registry is not None:
+        names = F.transform(entries, lambda e: e["key"])
+        names = F.when(made, F.concat(names, F.array(F.lit(ORDERING_KEY_ATTRIBUTE)))).otherwise(names)
+        checked.append(registry.signature(names, custom & F.lit(struct_mode) & clash.isNull()).alias("_sig"))
 
     bad_ts, duplicate, clash = (
         F.col("_bad_ts"),
@@ -309,7 +318,7 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
     key_unwritable = s.key_converter in NUMBER_CONVERTER_TYPES or s.key_converter == BOOLEAN_CONVERTER
     bad_key = F.col("_key").isNotNull() & F.lit(key_unwritable)
     # A STRUCT value that only JsonConverter can write (see check_value_converter).
-    unwritable = F.col("_custom") & F.lit(struct_mode and s.value_converter != JSON_CONVERTER)
+    unwritable = F.col("_custom") & F.lit(struct_mode and s.value_converter != JSON_CONVERTER and not s.avro_value)
     error_class = (
         F.when(bad_ts, F.lit(InvalidTimestampError.error_class))
         .when(duplicate, F.lit(DuplicateFieldError.error_class))
@@ -322,6 +331,10 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
         .when(bad_key, F.lit(key_converter_message(s.key_converter)))
         .when(unwritable, F.lit(struct_converter_message(s.value_converter)))
     )
+    written = ~(bad_ts | duplicate | bad_key | unwritable)
+    if registry is not None:  # a schema the registry (or Avro) refused, after the reasons above
+        error_class = error_class.otherwise(F.col("_schema_error_class"))
+        error_message = error_message.otherwise(F.col("_schema_error"))
     classified = [
         F.when(parsed != F.lit(NO_TIMESTAMP), parsed).when(parsed.isNull(), F.col("_publish_ms")).alias("_ts_ms"),
         error_class.alias("error_class"),
@@ -334,10 +347,14 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
     if struct_mode:
         headers = empty_headers
         needs_struct = F.col("_custom") & ok_error
-        struct_value = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, s.value_schemas_enable)
-        value = F.when(needs_struct, struct_value).otherwise(bytes_value_col(data, s))
+        if registry is not None and s.avro_value:
+            value = registry.value(needs_struct, data, F.col("_entries")["value"], F.col("_made"), ok)
+        else:
+            struct_value = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, s.value_schemas_enable)
+            value = F.when(needs_struct, struct_value).otherwise(bytes_value_col(data, s))
     else:
-        value = bytes_value_col(data, s)
+        value = bytes_value_col(data, s) if registry is None or not s.avro_value else \
+            registry.value(F.lit(False), data, F.col("_entries")["value"], F.col("_made"), ok)
         carried = F.transform(
             F.col("_entries"),
             lambda e: F.struct(e["key"].alias("key"), utf8_bytes(e["value"]).alias("value")),
@@ -366,9 +383,10 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
     else:
         rr = F.lit(False)
 
+    written_key = registry.key(F.col("_key")) if registry is not None and s.avro_key else key_col(F.col("_key"), s)
     final = [
         # Dead-letter rows keep the key's UTF-8 and the raw data, whatever the converters.
-        F.when(ok_error, key_col(F.col("_key"), s)).otherwise(utf8_bytes(F.col("_key"))).alias("key"),
+        F.when(ok_error, written_key).otherwise(utf8_bytes(F.col("_key"))).alias("key"),
         F.when(ok_error, value).otherwise(data).alias("value"),
         headers.alias("headers"),
         F.when(ok_error, fixed).cast("int").alias("_partition_fixed"),
@@ -391,19 +409,22 @@ def _staged(settings: CpsSourceSettings) -> Callable[[DataFrame], DataFrame]:
             from pubsub_connect.model.frames import map_in_arrow
 
             df = map_in_arrow(df, _append_data_hash, with_hash, input_schema)
-        for added in (keyed, checked, classified):
+        for added in (keyed, checked):
             df = df.select(everything, *added)
-        return df.select(*final)
+        if registry is not None:
+            df = registry.annotate(df, written)
+        return df.select(everything, *classified).select(*final)
 
     return apply
 
 
 def to_kafka_outbox(bronze_df: DataFrame, settings: CpsSourceSettings, start_counter: int = 0, *,
-                    with_message: bool = False) -> DataFrame:
+                    with_message: bool = False, schema_ids: SchemaIds | None = None) -> DataFrame:
     """Pub/Sub bronze rows → Kafka outbox rows (:data:`OUTBOX_COLUMNS`), one per ``message_id``:
     :class:`KafkaOutboxConversion` applied once (a stage builds that once and applies it to
     every micro-batch)."""
-    return KafkaOutboxConversion(settings, with_message=with_message).apply(bronze_df, start_counter)
+    conversion = KafkaOutboxConversion(settings, with_message=with_message, schema_ids=schema_ids)
+    return conversion.apply(bronze_df, start_counter)
 
 
 class KafkaOutboxConversion:
@@ -425,16 +446,23 @@ class KafkaOutboxConversion:
     ``(start_counter + i) % count``. The convert stage passes the outbox's row count, so the
     numbering continues from one micro-batch to the next and is the same when one is replayed.
     Raises :class:`UnsupportedConverterError` for a converter that cannot write the struct values
-    (see :func:`check_value_converter`).
+    (see :func:`check_value_converter`). A Schema Registry converter gets its ids from
+    ``schema_ids`` (registering, or looking up, as the connector's converter settings say).
     """
 
-    def __init__(self, settings: CpsSourceSettings, *, with_message: bool = False):
+    def __init__(self, settings: CpsSourceSettings, *, with_message: bool = False,
+                 schema_ids: SchemaIds | None = None):
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         check_value_converter(settings)
         self._deduplicate = _deduplication()
-        self._staged = _staged(settings)
+        registry = None
+        if settings.avro_key or settings.avro_value:
+            if schema_ids is None:
+                raise ValueError("a Schema Registry converter needs its registry (schema_ids)")
+            registry = RegistryColumns(settings, schema_ids)
+        self._staged = _staged(settings, registry)
         self._count = settings.partition_count
         self._slot: Column | None = None
         if settings.partition_scheme in (ROUND_ROBIN, ORDERING_KEY):
@@ -496,6 +524,9 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     from pyspark.sql import functions as F
 
     check_value_converter(settings)
+    if settings.avro_key or settings.avro_value:
+        raise UnsupportedConverterError("the Schema Registry converters register a record's schema before it is "
+                                        "written, which a streaming table's query cannot do; use a connector job")
     staged = _staged(settings)(messages)
     spread = F.pmod(F.xxhash64(F.col("message_id")), F.lit(settings.partition_count))
     partition = F.when(F.col("_rr"), spread).otherwise(F.col("_partition_fixed"))

@@ -10,17 +10,18 @@ from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Field, Schema, Struct, Type
+from pubsub_connect.model.avro.writer import SchemaIds, written
+from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Schema, Struct
 from pubsub_connect.model.converters import (
     BOOLEAN_CONVERTER,
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
+    REGISTRY_AVRO_CONVERTERS,
     escape_supplementary_as_jackson,
     shared_converter,
 )
 from pubsub_connect.model.cps_source.settings import (
-    ATTRIBUTE_FIELD_SCHEMA,
     HASH_KEY,
     HASH_VALUE,
     INT_MIN,
@@ -47,6 +48,7 @@ from pubsub_connect.model.cps_source.settings import (
     duplicate_field_message,
     key_converter_message,
     struct_converter_message,
+    struct_schema,
     timestamp_error_message,
     unicode_digits,
 )
@@ -182,12 +184,12 @@ def value_struct(msg: PubsubReceived, settings: CpsSourceSettings) -> Struct:
         raise DuplicateFieldError(duplicate_field_message(MESSAGE_FIELD))
     if made and ORDERING_KEY_ATTRIBUTE in names:
         raise DuplicateFieldError(duplicate_field_message(ORDERING_KEY_ATTRIBUTE))
-    fields = [Field(MESSAGE_FIELD, BYTES)] + [Field(name, ATTRIBUTE_FIELD_SCHEMA) for name, _ in carried]
+    names = [name for name, _ in carried]
     values: dict[str, Any] = {MESSAGE_FIELD: msg.data, **dict(carried)}
     if made:
-        fields.append(Field(ORDERING_KEY_ATTRIBUTE, ATTRIBUTE_FIELD_SCHEMA))
+        names.append(ORDERING_KEY_ATTRIBUTE)
         values[ORDERING_KEY_ATTRIBUTE] = msg.ordering_key
-    return Struct(Schema(Type.STRUCT, fields=tuple(fields)), values)
+    return Struct(struct_schema(names), values)
 
 
 def uses_round_robin(msg: PubsubReceived, settings: CpsSourceSettings) -> bool:
@@ -220,12 +222,14 @@ def select_partition(
     return round_robin_counter % count
 
 
-def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_robin_counter: int = 0) -> KafkaOutRecord:
+def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_robin_counter: int = 0,
+                      schema_ids: SchemaIds | None = None) -> KafkaOutRecord:
     """Map one message to one Kafka record (the reference implementation).
 
     ``round_robin_counter`` is used only when :func:`uses_round_robin` is true; the caller advances
-    it. Raises a :class:`~pubsub_connect.model.connect.DataError` subclass for a message that must
-    go to the dead-letter table.
+    it. ``schema_ids`` gives the Schema Registry converters their ids. Raises a
+    :class:`~pubsub_connect.model.connect.DataError` subclass for a message that must go to the
+    dead-letter table.
     """
     key = record_key(msg, settings)
     timestamp_ms = record_timestamp_ms(msg, settings)
@@ -234,13 +238,13 @@ def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_ro
     # Errors in the batch implementation's order: timestamp, duplicate field, key, struct converter.
     if has_custom_attributes(msg, settings) and not settings.kafka_record_headers:
         struct = value_struct(msg, settings)
-        key_bytes = serialize_key(key, settings)
-        if settings.value_converter != JSON_CONVERTER:
+        key_bytes = serialize_key(key, settings, schema_ids)
+        if settings.value_converter != JSON_CONVERTER and not settings.avro_value:
             raise StructConverterError(struct_converter_message(settings.value_converter))
-        value = serialize_struct(struct, settings)
+        value = serialize_struct(struct, settings, schema_ids)
     else:
-        key_bytes = serialize_key(key, settings)
-        value = serialize_bytes_value(msg.data, settings)
+        key_bytes = serialize_key(key, settings, schema_ids)
+        value = serialize_bytes_value(msg.data, settings, schema_ids)
         if has_custom_attributes(msg, settings):
             headers = record_headers(msg, settings)
     return KafkaOutRecord(
@@ -256,6 +260,7 @@ def reference_outbox(
     messages: Iterable[tuple[PubsubReceived, int | None]],
     settings: CpsSourceSettings,
     start_counter: int = 0,
+    schema_ids: SchemaIds | None = None,
 ) -> list[OutboxRow]:
     """What :func:`to_kafka_outbox` must produce for a batch of (message, ingest_time_ms) pairs.
 
@@ -277,7 +282,7 @@ def reference_outbox(
     rows: list[OutboxRow] = []
     for msg in ordered:
         try:
-            record = message_to_record(msg, settings, counter)
+            record = message_to_record(msg, settings, counter, schema_ids)
         except DataError as exc:
             key = record_key(msg, settings)
             rows.append(
@@ -328,6 +333,8 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
         ("key.converter", settings.key_converter, settings.key_schemas_enable),
         ("value.converter", settings.value_converter, settings.value_schemas_enable),
     ):
+        if name in REGISTRY_AVRO_CONVERTERS:
+            continue
         try:
             shared_converter(name, schemas)
         except ValueError as exc:
@@ -340,14 +347,16 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
         )
 
 
-def serialize_key(key: str | None, settings: CpsSourceSettings) -> bytes | None:
+def serialize_key(key: str | None, settings: CpsSourceSettings, schema_ids: SchemaIds | None = None) -> bytes | None:
     """The key as the original's worker writes it with ``key.converter`` (an ``OPTIONAL_STRING``).
 
     ``ByteArrayConverter`` writes UTF-8 (*divergence*, see the package docstring); the number and
     boolean converters raise :class:`KeyConverterError` for a key (a null key stays null, as
-    their serializers write it).
+    their serializers write it); an Avro converter writes the union ``["null","string"]``.
     """
     converter = settings.key_converter
+    if settings.avro_key:
+        return _avro(schema_ids, "key", settings, OPTIONAL_STRING, key)
     if converter == JSON_CONVERTER:
         out = shared_converter(converter, settings.key_schemas_enable).from_connect(OPTIONAL_STRING, key)
         assert out is not None  # an OPTIONAL_STRING null is written as JSON null
@@ -359,10 +368,12 @@ def serialize_key(key: str | None, settings: CpsSourceSettings) -> bytes | None:
     return key.encode("utf-8")
 
 
-def serialize_bytes_value(data: bytes, settings: CpsSourceSettings) -> bytes:
+def serialize_bytes_value(data: bytes, settings: CpsSourceSettings, schema_ids: SchemaIds | None = None) -> bytes:
     """A BYTES value (the data of a message without custom attributes, or with them in headers
     mode) as the configured ``value.converter`` writes it; ``StringConverter`` writes the data as
     is (*divergence*, see the package docstring)."""
+    if settings.avro_value:
+        return _avro(schema_ids, "value", settings, BYTES, data) or b""
     if settings.value_converter == JSON_CONVERTER:
         out = shared_converter(JSON_CONVERTER, settings.value_schemas_enable).from_connect(BYTES, data)
         assert out is not None  # a non-null value always serializes to bytes
@@ -370,13 +381,24 @@ def serialize_bytes_value(data: bytes, settings: CpsSourceSettings) -> bytes:
     return data
 
 
-def serialize_struct(struct: Struct, settings: CpsSourceSettings) -> bytes:
+def serialize_struct(struct: Struct, settings: CpsSourceSettings, schema_ids: SchemaIds | None = None) -> bytes:
     """The STRUCT value as the configured ``value.converter`` (``model/converters.py``) writes it."""
     check_value_converter(settings)
+    if settings.avro_value:
+        return _avro(schema_ids, "value", settings, struct.schema, struct) or b""
     out = shared_converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
     if out is None:  # pragma: no cover - a struct value is never null
         raise DataError("value converter returned null for a struct")
     return _as_kafka_json(bytes(out))
+
+
+def _avro(schema_ids: SchemaIds | None, side: str, settings: CpsSourceSettings, schema: Schema,
+          value: Any) -> bytes | None:
+    """A key or value as the Schema Registry Avro converter writes it."""
+    if schema_ids is None:
+        raise ValueError(f"{side}.converter is a Schema Registry converter: its schema ids are needed")
+    strategy = settings.key_subject_strategy if side == "key" else settings.value_subject_strategy
+    return written(schema_ids, side, strategy, settings.kafka_topic, schema, value)
 
 
 def _as_kafka_json(json_bytes: bytes) -> bytes:

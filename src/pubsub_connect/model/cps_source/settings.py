@@ -10,10 +10,12 @@ import unicodedata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pubsub_connect.model.connect import STRING, DataError
+from pubsub_connect.model.avro.writer import TOPIC_NAME_STRATEGY
+from pubsub_connect.model.connect import BYTES, STRING, DataError, Field, Schema, Type
 from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
+    REGISTRY_AVRO_CONVERTERS,
 )
 
 if TYPE_CHECKING:
@@ -46,6 +48,15 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999
 #: (``Schema.STRING_SCHEMA``): attribute values are never null, and the JsonConverter envelope
 #: schema then matches the original's (``"optional":false``).
 ATTRIBUTE_FIELD_SCHEMA = STRING
+
+
+
+def struct_schema(names: list[str] | tuple[str, ...]) -> Schema:
+    """The STRUCT value's schema for the names of its attribute fields (``orderingKey`` included
+    when it is one): ``message`` first."""
+    return Schema(Type.STRUCT, fields=(Field(MESSAGE_FIELD, BYTES),
+                                       *(Field(name, ATTRIBUTE_FIELD_SCHEMA) for name in names)))
+
 
 INT_MIN = -(1 << 31)
 MASK32 = 0xFFFFFFFF
@@ -177,6 +188,10 @@ class CpsSourceSettings:
     #: docstring for why that differs from the original.
     key_converter: str = BYTE_ARRAY_CONVERTER
     key_schemas_enable: bool = True
+    #: The Kafka topic written (``kafka.topic``): the Schema Registry converters' subjects name it.
+    kafka_topic: str = ""
+    key_subject_strategy: str = TOPIC_NAME_STRATEGY
+    value_subject_strategy: str = TOPIC_NAME_STRATEGY
 
     def __post_init__(self) -> None:
         if self.partition_scheme not in PARTITION_SCHEMES:
@@ -187,6 +202,16 @@ class CpsSourceSettings:
             raise ValueError(f"kafka.partition.count={self.partition_count!r} is not an integer")
         if self.partition_count < 1:
             raise ValueError(f"kafka.partition.count={self.partition_count} must be at least 1")
+
+    @property
+    def avro_key(self) -> bool:
+        """Keys are written by a Schema Registry Avro converter."""
+        return self.key_converter in REGISTRY_AVRO_CONVERTERS
+
+    @property
+    def avro_value(self) -> bool:
+        """Values are written by a Schema Registry Avro converter."""
+        return self.value_converter in REGISTRY_AVRO_CONVERTERS
 
     @property
     def standard_attributes(self) -> frozenset[str]:
