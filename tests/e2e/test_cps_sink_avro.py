@@ -6,6 +6,7 @@ data model to the Pub/Sub emulator."""
 from __future__ import annotations
 
 import datetime
+import json
 from decimal import Decimal
 from pathlib import Path
 
@@ -17,7 +18,14 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from e2e.harness import context, run_once, sink_config
 from e2e.registry_outage import Outage, run_through_outage
 from integration.kafka_helpers import Rec, create_topic, produce
-from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
+from integration.pubsub_helpers import (
+    PROJECT,
+    assert_no_more_messages,
+    create_avro_schema_topic,
+    create_subscription,
+    create_topic_and_subscription,
+    pull_all,
+)
 from pubsub_connect.io.tables import TableRef
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
@@ -87,6 +95,66 @@ def test_avro_records_reach_pubsub_as_googles_sink_publishes_them(
     assert messages[0] == ("value: Unknown magic byte! (the first byte is 0x7b, not 0x00: not in the Schema "
                            "Registry wire format)")
     assert messages[1].startswith("value: Schema Registry GET /schemas/ids/2147483632: ") and "40403" in messages[1]
+
+
+def test_avro_message_bodies_reach_a_topic_with_that_avro_schema(
+        spark, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, unique_name: str) -> None:
+    """``messageBodyFormat=avro``: each record's own datum is the message, so a Pub/Sub topic
+    whose schema is the records' schema takes them (the emulator validates, as Pub/Sub does).
+    Records of a writer schema that is not a revision of the topic's are dead letters naming it,
+    until the topic's schema gets that revision."""
+    import io
+
+    import fastavro
+    from google.cloud.pubsub import SchemaServiceClient
+    from google.pubsub_v1.types import Schema
+
+    create_topic(kafka_bootstrap, unique_name)
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    context_of_value = SerializationContext(unique_name, MessageField.VALUE)
+    first, second = AvroSerializer(registry, ORDER), AvroSerializer(registry, ORDER_V2)
+    produce(kafka_bootstrap, unique_name, [Rec(first(order(n), context_of_value), key=f"k{n}".encode())
+                                           for n in range(1, 8)])
+    produce(kafka_bootstrap, unique_name, [Rec(second({**order(n), "site": "s"}, context_of_value),
+                                               key=f"k{n}".encode()) for n in (8, 9)])
+    _, revision = create_avro_schema_topic(unique_name, ORDER)
+    subscription = create_subscription(unique_name, f"{unique_name}-sub")
+    connector = sink_config(unique_name, unique_name, unique_name, **{
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": schema_registry_url, "messageBodyFormat": "avro",
+        "errors.tolerance": "all"})
+    ctx = run_once(spark, kafka_bootstrap, tmp_path, connector)
+
+    def received(count: int, schema: str) -> list[tuple[dict, dict]]:
+        parsed = fastavro.parse_schema(json.loads(schema))
+        return sorted(((fastavro.schemaless_reader(io.BytesIO(m.data), parsed), dict(m.attributes))
+                       for m in pull_all(subscription, count, timeout=60)), key=lambda pair: pair[0]["id"])
+
+    def validated(revision_id: str) -> dict[str, str]:  # Pub/Sub adds the schema it checked a message with
+        return {"googclient_schemaname": f"projects/{PROJECT}/schemas/{unique_name}",
+                "googclient_schemaencoding": "BINARY", "googclient_schemarevisionid": revision_id}
+
+    assert received(7, ORDER) == [(order(n), {"key": f"k{n}", **validated(revision)}) for n in range(1, 8)]
+    assert_no_more_messages(subscription)
+    dead = ctx.store.read(TableRef("dlq", unique_name)).orderBy("offset").collect()
+    writer_v2 = int.from_bytes(dead[0].value[1:5], "big")
+    assert [(r.offset, r.error_class, r.error_message) for r in dead] == [
+        (offset, "TopicSchemaError", f"value: writer schema {writer_v2}: not a revision of the topic's schema "
+                                     f"projects/{PROJECT}/schemas/{unique_name}, which Pub/Sub checks every message "
+                                     "against") for offset in (7, 8)]
+
+    # The topic's schema gets the second writer schema as a revision: its records are taken.
+    committed = SchemaServiceClient().commit_schema(request={
+        "name": f"projects/{PROJECT}/schemas/{unique_name}",
+        "schema": Schema(name=f"projects/{PROJECT}/schemas/{unique_name}", type_=Schema.Type.AVRO,
+                         definition=ORDER_V2)})
+    produce(kafka_bootstrap, unique_name, [Rec(second({**order(10), "site": "s10"}, context_of_value), key=b"k10")])
+    run_once(spark, kafka_bootstrap, tmp_path, connector)
+    ((value, attributes),) = received(1, ORDER_V2)
+    assert value == {**order(10), "site": "s10"}
+    assert attributes["key"] == "k10" and attributes["googclient_schemarevisionid"] in (committed.revision_id,
+                                                                                         revision)
 
 
 def test_a_registry_that_goes_away_restarts_the_stage_and_loses_nothing(

@@ -16,7 +16,12 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from e2e.harness import context, run_once, source_config
 from e2e.registry_outage import Outage, run_through_outage
 from integration.kafka_helpers import consume_all, create_topic
-from integration.pubsub_helpers import create_topic_and_subscription, publish
+from integration.pubsub_helpers import (
+    create_avro_schema_topic,
+    create_subscription,
+    create_topic_and_subscription,
+    publish,
+)
 from pubsub_connect.io.tables import TableRef
 
 pytestmark = pytest.mark.usefixtures("pubsub_emulator_host")
@@ -125,3 +130,50 @@ def test_a_registry_that_goes_away_restarts_the_stage_and_loses_nothing(
               for r in consume_all(kafka_bootstrap, unique_name)]
     assert sorted(values, key=str) == sorted(({"message": f"m{n}".encode(), "n": str(n)} for n in range(10)), key=str)
     assert context(spark, kafka_bootstrap, tmp_path).store.count(TableRef("dlq", unique_name)) == 0
+
+
+READING = json.dumps({"type": "record", "name": "Reading", "namespace": "lab", "fields": [
+    {"name": "sensor", "type": "string"}, {"name": "celsius", "type": "double"},
+    {"name": "note", "type": ["null", "string"], "default": None}]})
+
+
+@pytest.mark.parametrize("mode", ["staged", "fused"])
+def test_a_topic_with_an_avro_schema_reaches_kafka_as_its_datums(
+        spark, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, unique_name: str, mode: str) -> None:
+    """``messageBodyFormat=avro``: the messages of a topic with an Avro schema (binary encoding)
+    reach Kafka as those datums, framed with the id of their schema (registered under the
+    topic's value subject), so Connect's AvroConverter readers get the records; the attributes,
+    Pub/Sub's schema ones included, are headers."""
+    import io
+
+    import fastavro
+
+    create_topic(kafka_bootstrap, unique_name)
+    _, revision = create_avro_schema_topic(unique_name, READING)
+    subscription = create_subscription(unique_name, f"{unique_name}-sub").rsplit("/", 1)[1]
+    parsed = fastavro.parse_schema(json.loads(READING))
+    readings = [{"sensor": f"s{n}", "celsius": 20.5 + n, "note": None if n % 2 else f"n{n}"} for n in range(6)]
+
+    def datum(reading: dict) -> bytes:
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, parsed, reading)
+        return out.getvalue()
+
+    publish(unique_name, [(datum(r), {"site": "lab-1"}, None) for r in readings])
+    connector = source_config(unique_name, subscription, unique_name, **{
+        "pipeline.mode": mode, "messageBodyFormat": "avro", "kafka.record.headers": "true",
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": AVRO, "value.converter.schema.registry.url": schema_registry_url})
+    run_once(spark, kafka_bootstrap, tmp_path, connector)
+
+    registry = SchemaRegistryClient({"url": schema_registry_url})
+    reader = AvroDeserializer(registry)
+    records = consume_all(kafka_bootstrap, unique_name)
+    got = sorted((reader(r.value, SerializationContext(unique_name, MessageField.VALUE)) for r in records),
+                 key=lambda v: v["sensor"])
+    assert got == readings
+    assert json.loads(registry.get_latest_version(f"{unique_name}-value").schema.schema_str) == json.loads(READING)
+    assert {tuple(sorted(r.headers)) for r in records} == {(
+        ("googclient_schemaencoding", b"BINARY"), ("googclient_schemaname", f"projects/test-project/schemas/"
+                                                                            f"{unique_name}".encode()),
+        ("googclient_schemarevisionid", revision.encode()), ("site", b"lab-1"))}

@@ -152,3 +152,86 @@ def test_no_python_per_record(spark: Any) -> None:
     plan = (CpsSinkConversion(SETTINGS["body-field"], schemas=lookup).to_outbox(bronze(spark, records()))
             ._jdf.queryExecution().executedPlan().toString())
     assert not [node for node in ("MapInArrow", "PythonUDF", "BatchEvalPython", "ArrowEvalPython") if node in plan]
+
+
+def test_avro_message_bodies_are_the_datums_themselves(spark: Any) -> None:
+    """``messageBodyFormat=avro``: the data is each value's datum as written (a top-level bytes
+    value with its Avro length), decodable with its writer schema alone; nested records, maps
+    and unions are no error; only the key (and metadata) are attributes. Bytes that are not a
+    datum of their schema stay dead letters."""
+    import io
+
+    import fastavro
+
+    settings = CpsSinkSettings(key_converter=STRING, value_converter=AVRO, message_body_format="avro",
+                               metadata_publish=True)
+    rows = records()
+    actual = batch_rows(CpsSinkConversion(settings, with_skipped_headers=True, schemas=lookup)
+                        .to_outbox(bronze(spark, rows)))
+    expected = reference_rows(rows, settings)
+    compare(actual, expected)
+    assert sorted({r[7] for r in expected.values() if r[7]}) == ["AvroDataError", "UnknownSchemaError",
+                                                                 "WireFormatError"]
+    published = 0
+    for record in rows:
+        data, attributes = actual[record.offset][:2]
+        if data is None or record.value is None:
+            continue
+        schema_id = int.from_bytes(record.value[1:5], "big")
+        decoded = fastavro.schemaless_reader(io.BytesIO(data), fastavro.parse_schema(SCHEMAS[schema_id]))
+        framed = record.value[5:]
+        assert data == (framed if SCHEMAS[schema_id] != "bytes" else bytes([len(framed) * 2]) + framed)
+        assert decoded is not None
+        assert set(attributes) == {"kafka.topic", "kafka.partition", "kafka.offset", "kafka.timestamp"} | (
+            {"key"} if record.key is not None else set())
+        published += 1
+    assert published == 40
+
+
+def test_avro_message_bodies_need_an_avro_value() -> None:
+    with pytest.raises(ValueError) as refused:
+        CpsSinkSettings(value_converter=STRING, message_body_format="avro")
+    assert str(refused.value) == ("messageBodyFormat=avro publishes the value's Avro datum: it needs "
+                                  "value.converter=AvroConverter, not StringConverter")
+
+
+def test_a_writer_schema_the_topic_refuses_dead_letters_its_records(spark: Any) -> None:
+    """With the topic's schema known, records written with another schema are dead letters naming
+    it (Pub/Sub would refuse them, and the publish of their batch with them), in both paths."""
+    from pubsub_connect.model.avro.schema import parsing_canonical_form
+
+    taken = parsing_canonical_form(json.dumps(READING))
+
+    def check(writer: str) -> str | None:
+        return None if parsing_canonical_form(writer) == taken else "not the topic's schema"
+
+    settings = CpsSinkSettings(key_converter=STRING, value_converter=AVRO, message_body_format="avro")
+    rows = records()
+    actual = batch_rows(CpsSinkConversion(settings, with_skipped_headers=True, schemas=lookup, body_schemas=check)
+                        .to_outbox(bronze(spark, rows)))
+    avro = RegistryAvroConverter(lookup)
+    expected = sink_reference_rows(rows, settings, CpsSinkMapper(settings, value_converter=avro, body_schemas=check))
+    compare(actual, expected)
+    published = [r for r in rows if r.value is not None and actual[r.offset][0] is not None]
+    assert [r.offset for r in published] == [0]  # the one record written with READING
+    refused = {actual[r.offset][8] for r in rows if actual[r.offset][7] == "TopicSchemaError"}
+    assert refused == {f"value: writer schema {i}: not the topic's schema" for i in SCHEMAS if i != 1}
+
+
+def test_the_canonical_form_is_avros() -> None:
+    """What decides whether two schemas read the same bytes alike: names made full, docs,
+    defaults, aliases and logical types left out, attributes in the specification's order, a
+    named type written out once."""
+    from pubsub_connect.model.avro.schema import parsing_canonical_form
+
+    written = json.dumps({"namespace": "shop", "type": "record", "name": "Order", "doc": "an order", "fields": [
+        {"name": "id", "type": {"type": "long", "logicalType": "timestamp-millis"}, "default": 0},
+        {"type": {"type": "enum", "symbols": ["A", "B"], "name": "Kind", "aliases": ["K"]}, "name": "kind"},
+        {"name": "again", "type": "Kind"}, {"name": "m", "type": {"values": "bytes", "type": "map"}},
+        {"name": "u", "type": ["null", {"type": "fixed", "name": "x.F", "size": 2}]}]})
+    assert parsing_canonical_form(written) == (
+        '{"name":"shop.Order","type":"record","fields":[{"name":"id","type":"long"},'
+        '{"name":"kind","type":{"name":"shop.Kind","type":"enum","symbols":["A","B"]}},'
+        '{"name":"again","type":"shop.Kind"},{"name":"m","type":{"type":"map","values":"bytes"}},'
+        '{"name":"u","type":["null",{"name":"x.F","type":"fixed","size":2}]}]}')
+    assert parsing_canonical_form('{"type": "string"}') == '"string"'

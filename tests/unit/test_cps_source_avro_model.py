@@ -200,3 +200,73 @@ def test_schema_texts_and_subjects_are_confluents() -> None:
     assert [avro_name_problem(n) for n in ("_ok", "é1", bold_a, "")] == \
         [None, None, f"Illegal initial character: {bold_a}", "Empty name"]
     assert [zigzag_varint(n) for n in (0, 1, 64, 8192)] == [b"\x00", b"\x02", b"\x80\x01", b"\x80\x80\x01"]
+
+
+#: Pub/Sub's schema revisions by (name, revision): what the messages below name.
+ORDER_V1 = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}'
+ORDER_V2 = ('{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}, '
+            '{"name": "site", "type": "string", "default": ""}]}')
+REVISIONS = {("projects/p/schemas/order", "r1"): ("AVRO", ORDER_V1),
+             ("projects/p/schemas/order", "r2"): ("AVRO", ORDER_V2),
+             ("projects/p/schemas/proto", "r1"): ("PROTOCOL_BUFFER", "syntax = 'proto3'; message M {}"),
+             ("projects/p/schemas/raw", "r1"): ("AVRO", '"bytes"')}
+
+
+def revision(name: str, revision_id: str) -> tuple[str, str]:
+    from pubsub_connect.model.cps_source.settings import MessageSchemaError
+
+    if (name, revision_id) not in REVISIONS:
+        raise MessageSchemaError(f"schema {name}@{revision_id} is not in Pub/Sub's schema service")
+    return REVISIONS[(name, revision_id)]
+
+
+def validated(name: str, revision_id: str, encoding: str = "BINARY", **more: str) -> dict[str, str]:
+    return {"googclient_schemaname": f"projects/p/schemas/{name}", "googclient_schemarevisionid": revision_id,
+            "googclient_schemaencoding": encoding, **more}
+
+
+DATUM_MESSAGES = [
+    {"message_id": "v1", "data_hex": "02", "attributes": validated("order", "r1", user="u1"), "publish_time_ms": 1},
+    {"message_id": "v2", "data_hex": "0402" + "6c61", "attributes": validated("order", "r2"), "publish_time_ms": 2},
+    {"message_id": "json", "data_hex": "7b7d", "attributes": validated("order", "r1", "JSON"), "publish_time_ms": 3},
+    {"message_id": "plain", "data_hex": "6869", "attributes": {"user": "u2"}, "publish_time_ms": 4},
+    {"message_id": "proto", "data_hex": "", "attributes": validated("proto", "r1"), "publish_time_ms": 5},
+    {"message_id": "gone", "data_hex": "02", "attributes": validated("order", "r9"), "publish_time_ms": 6},
+    {"message_id": "raw", "data_hex": "0461", "attributes": validated("raw", "r1"), "publish_time_ms": 7},
+]
+
+
+def test_message_datums_are_written_with_the_schema_revision_they_name(spark: Any) -> None:
+    """``messageBodyFormat=avro``: a message Pub/Sub validated is its datum framed with the id of
+    its revision's schema, registered under the value's subject; the attributes are headers;
+    what cannot be written is a dead letter with the reason, in both paths alike."""
+    settings = CpsSourceSettings(kafka_key_attribute="user", kafka_record_headers=True, key_converter=AVRO,
+                                 value_converter=AVRO, kafka_topic=TOPIC, message_body_format="avro")
+    registry = RecordingRegistry()
+    got = collect(KafkaOutboxConversion(settings, schema_ids=registry, message_schemas=revision)
+                  .apply(bronze_df(spark, DATUM_MESSAGES)))
+    want = sorted(reference_outbox([to_received(r) for r in DATUM_MESSAGES], settings, 0, RecordingRegistry(),
+                                   revision), key=lambda r: r.message_id)
+    assert got == want
+    rows = {r.message_id: r for r in got}
+    v1, v2 = registry.ids[(f"{TOPIC}-value", json.dumps(json.loads(ORDER_V1), separators=(",", ":")))], \
+        registry.ids[(f"{TOPIC}-value", json.dumps(json.loads(ORDER_V2), separators=(",", ":")))]
+    assert rows["v1"].value == b"\x00" + v1.to_bytes(4, "big") + b"\x02"
+    assert rows["v2"].value == b"\x00" + v2.to_bytes(4, "big") + bytes.fromhex("04026c61")
+    assert decoded(rows["v1"].key, registry) == "u1"
+    assert sorted(name for name, _ in rows["v1"].headers) == [
+        "googclient_schemaencoding", "googclient_schemaname", "googclient_schemarevisionid"]
+    reasons = {r.message_id: (r.error_class, r.error_message) for r in got if r.error_class}
+    assert reasons == {
+        "json": ("MessageSchemaError", "the message is JSON-encoded under schema projects/p/schemas/order@r1; "
+                                       "messageBodyFormat=avro writes Avro's binary encoding (set the topic's schema "
+                                       "encoding to BINARY)"),
+        "plain": ("MessageSchemaError", "the message has no googclient_schemaname/googclient_schemarevisionid "
+                                        "attributes: it was not validated against a topic's schema "
+                                        "(messageBodyFormat=avro)"),
+        "proto": ("MessageSchemaError", "schema projects/p/schemas/proto@r1 is a PROTOCOL_BUFFER schema; "
+                                        "messageBodyFormat=avro writes Avro"),
+        "gone": ("MessageSchemaError", "schema projects/p/schemas/order@r9 is not in Pub/Sub's schema service"),
+        "raw": ("MessageSchemaError", "schema projects/p/schemas/raw@r1 is a top-level bytes schema: its datums are "
+                                      "the message data itself (use messageBodyFormat=connect)"),
+    }

@@ -209,6 +209,10 @@ CPS_SINK_KEYS: tuple[Key, ...] = (
     _k("orderingKeySource", "enum", "none", "Ordering key from: none, key, partition.",
        choices=("none", "key", "partition")),
     _k("messageBodyName", "string", "cps_message_body", "Struct field / map key that becomes the body."),
+    _k("messageBodyFormat", "enum", "connect", "connect: the value mapped as Google's connector maps it "
+       "(messageBodyName); avro (an extension): the value's own Avro datum as the data, without the Schema "
+       "Registry header, for a Pub/Sub topic whose schema is the records' Avro schema (BINARY encoding).",
+       choices=("connect", "avro")),
     *GCP_CREDENTIAL_KEYS,
 )
 
@@ -221,6 +225,10 @@ CPS_SOURCE_KEYS: tuple[Key, ...] = (
     _k("cps.maxBatchSize", "int", 100, "Messages per synchronous pull request.", min=1),
     _k("cps.makeOrderingKeyAttribute", "boolean", False, "Copy the ordering key into the attributes."),
     _k("kafka.key.attribute", "string", None, "Attribute used as Kafka key ('orderingKey' = ordering key)."),
+    _k("messageBodyFormat", "enum", "connect", "connect: the data (or a struct of it and the attributes) as "
+       "Google's connector writes it; avro (an extension): for a subscription of a topic with an Avro schema, each "
+       "message's datum written with that schema (registered) by value.converter=AvroConverter, the attributes "
+       "as headers.", choices=("connect", "avro")),
     _k("kafka.timestamp.attribute", "string", None, "Attribute (epoch ms) used as Kafka timestamp."),
     _k("kafka.partition.count", "int", 1, "Partitions of kafka.topic.", min=1),
     _k("kafka.partition.scheme", "enum", "round_robin", "How messages are assigned to Kafka partitions.",

@@ -262,8 +262,17 @@ REGISTRY_CONNECTORS = (CPS_SINK, CPS_SOURCE)
 
 def _registry_checks(config: ConnectorConfig) -> None:
     """A Schema Registry converter needs a connector that handles its data, its registry's URL, a
-    converter beside it that maps in columns too, and the same registry on both sides."""
+    converter beside it that maps in columns too, and the same registry on both sides; the sink's
+    Avro message bodies need one on the value side."""
     sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    if config.kind == CPS_SINK and config.get("messageBodyFormat") == "avro" and "value" not in sides:
+        raise ConfigError(f"{config.source}: messageBodyFormat=avro publishes each value's Avro datum: it needs "
+                          "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's)")
+    if config.kind == CPS_SOURCE and config.get("messageBodyFormat") == "avro" and (
+            "value" not in sides or not config.get("kafka.record.headers")):
+        raise ConfigError(f"{config.source}: messageBodyFormat=avro writes each message's Avro datum as the record's "
+                          "value: it needs value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's) "
+                          "and kafka.record.headers=true (the attributes as headers)")
     for side in sides:
         short = config.get(f"{side}.converter").rsplit(".", 1)[-1]
         if config.kind not in REGISTRY_CONNECTORS:

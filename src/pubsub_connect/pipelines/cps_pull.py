@@ -68,6 +68,7 @@ def source_settings(config: ConnectorConfig) -> CpsSourceSettings:
         kafka_topic=str(config.get("kafka.topic") or ""),
         key_subject_strategy=str(config.get("key.converter.key.subject.name.strategy")),
         value_subject_strategy=str(config.get("value.converter.value.subject.name.strategy")),
+        message_body_format=str(config.get("messageBodyFormat")),
     )
 
 

@@ -38,7 +38,7 @@ from pubsub_connect.pipelines.kafka_ingest import ingest
 from pubsub_connect.pipelines.modes import convert_start, hand_back_to_staged
 from pubsub_connect.pipelines.publish_stage import start_publishing
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config
-from pubsub_connect.pipelines.writer_schemas import writer_schema_lookup
+from pubsub_connect.pipelines.writer_schemas import body_schema_check, writer_schema_lookup
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -57,6 +57,7 @@ def sink_settings(config: ConnectorConfig) -> CpsSinkSettings:
         value_converter=str(config.get("value.converter")),
         key_schemas_enable=bool(config.get("key.converter.schemas.enable")),
         value_schemas_enable=bool(config.get("value.converter.schemas.enable")),
+        message_body_format=str(config.get("messageBodyFormat")),
     )
 
 
@@ -87,7 +88,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     ctx.store.ensure(outbox, PUBSUB_OUTBOX)
     ctx.store.ensure(dlq, KAFKA_DLQ)
     # built once, applied to every micro-batch
-    conversion = CpsSinkConversion(sink_settings(config), schemas=writer_schema_lookup(config))
+    conversion = CpsSinkConversion(sink_settings(config), schemas=writer_schema_lookup(config),
+                                   body_schemas=body_schema_check(config))
     dead_letters = DeadLetterRows()
     publishable = F.col("data").isNotNull()
     empty = F.col("error_class").isNull() & F.col("data").isNull()
@@ -172,7 +174,8 @@ def fused(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:
     """``pipeline.mode=fused``: Kafka → bronze and, beside it, Kafka → data model → Pub/Sub."""
     publisher_config = cps_publisher_config(config)
     tasks = int(config.get("tasks.max"))
-    conversion = CpsSinkConversion(sink_settings(config), schemas=writer_schema_lookup(config))
+    conversion = CpsSinkConversion(sink_settings(config), schemas=writer_schema_lookup(config),
+                                   body_schemas=body_schema_check(config))
     sink = SinkPublishing(
         convert=conversion.outbox_and_cache, columns=OUTBOX_COLUMNS, publishable=F.col("data").isNotNull(),
         publish=lambda rows, shuffled: publish_to_pubsub(rows, publisher_config, tasks, shuffled),

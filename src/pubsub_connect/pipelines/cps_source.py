@@ -41,7 +41,7 @@ from pubsub_connect.pipelines.modes import convert_start, hand_back_to_staged
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters
 from pubsub_connect.pipelines.pubsub_settings import cps_subscriber_config
-from pubsub_connect.pipelines.writer_schemas import written_schema_ids
+from pubsub_connect.pipelines.writer_schemas import message_schema_definitions, written_schema_ids
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,8 @@ def convert(ctx: PipelineContext, config: ConnectorConfig) -> Any:
     ctx.store.ensure(outbox, KAFKA_OUTBOX)
     ctx.store.ensure(dlq, PUBSUB_DLQ)
     outbox_rows = OutboxRowCount(ctx.store, outbox)
-    conversion = KafkaOutboxConversion(settings, with_message=True, schema_ids=written_schema_ids(config))
+    conversion = KafkaOutboxConversion(settings, with_message=True, schema_ids=written_schema_ids(config),
+                                       message_schemas=message_schema_definitions(config))
 
     def process(batch: DataFrame, batch_id: int) -> None:
         batch = batch.persist()  # read by the look-up's time bounds, then by the conversion

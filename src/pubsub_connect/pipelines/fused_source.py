@@ -52,7 +52,7 @@ from pubsub_connect.pipelines.modes import FUSED, take_over_from_staged
 from pubsub_connect.pipelines.observed_counts import ObservedCounts
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
 from pubsub_connect.pipelines.produced_ids import REMEMBERED_IDS, ProducedIds, Window
-from pubsub_connect.pipelines.writer_schemas import written_schema_ids
+from pubsub_connect.pipelines.writer_schemas import message_schema_definitions, written_schema_ids
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,8 @@ def start_fused_source(ctx: PipelineContext, config: ConnectorConfig, producing:
     ctx.store.ensure(TableRef(DLQ, config.name), PUBSUB_DLQ)
     journal = _journal(ctx, config)
     journal.recover(_last_committed(ctx, config, journal))
-    conversion = KafkaOutboxConversion(settings, with_message=True, schema_ids=written_schema_ids(config))
+    conversion = KafkaOutboxConversion(settings, with_message=True, schema_ids=written_schema_ids(config),
+                                       message_schemas=message_schema_definitions(config))
     pullers = int(config.get("tasks.max"))
     if pullers > 1:
         ctx.progress(f"[{config.name}.{FUSED}] pipeline.mode=fused pulls with one puller (tasks.max={pullers} "

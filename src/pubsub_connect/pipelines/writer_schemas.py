@@ -16,7 +16,9 @@ import json
 import re
 from collections.abc import Callable
 
+from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io.pubsub.schemas import schema_revision, topic_schema
 from pubsub_connect.io.schema_registry import (
     RegistrySettings,
     SchemaRegistryClient,
@@ -24,9 +26,13 @@ from pubsub_connect.io.schema_registry import (
     UnknownSchemaError,
     settings_from,
 )
+from pubsub_connect.model.avro.schema import AvroSchemaError, parsing_canonical_form
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError
 from pubsub_connect.model.avro.writer import SchemaIds, SchemaRegistrationError
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
+from pubsub_connect.model.cps_sink.settings import AVRO_BODY, BodySchemaCheck
+from pubsub_connect.model.cps_source.settings import MessageSchemaError, MessageSchemas
+from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config, cps_subscriber_config
 
 #: Apicurio's own API roots, whose Confluent API is ``/apis/ccompat/v7`` beside them.
 _APICURIO_API = re.compile(r"/apis/registry/v[23]/?$")
@@ -115,3 +121,54 @@ def _latest_if_same(client: SchemaRegistryClient, subject: str, text: str) -> in
         raise SchemaRegistrationError(f"use.latest.version: the latest version of subject {subject} (id "
                                       f"{latest.schema_id}) is not this record's schema {text}")
     return latest.schema_id
+
+
+def body_schema_check(config: ConnectorConfig) -> BodySchemaCheck | None:
+    """With ``messageBodyFormat=avro``, which writer schemas the Pub/Sub topic takes (None: any,
+    the topic has no schema): those whose canonical form is one of its schema's revisions. A
+    topic whose schema is not Avro, or takes JSON, refuses every datum: one line at start-up."""
+    if config.get("messageBodyFormat") != AVRO_BODY:
+        return None
+    publisher = cps_publisher_config(config)
+    found = topic_schema(publisher.connection, publisher.topic_path)
+    if found is None:
+        return None
+    if found.type != "AVRO" or found.encoding != "BINARY":
+        raise ConfigError(f"{config.source}: messageBodyFormat=avro publishes Avro's binary encoding, but topic "
+                          f"{publisher.topic_path} takes {found.type} messages in {found.encoding} encoding "
+                          f"(schema {found.name})")
+    forms = {parsing_canonical_form(text) for text in found.definitions}
+
+    def check(writer: str) -> str | None:
+        try:
+            form = parsing_canonical_form(writer)
+        except AvroSchemaError:
+            return None  # the writer schema itself is refused where it is read
+        if form in forms:
+            return None
+        return f"not a revision of the topic's schema {found.name}, which Pub/Sub checks every message against"
+
+    return check
+
+
+def message_schema_definitions(config: ConnectorConfig) -> MessageSchemas | None:
+    """With the source's ``messageBodyFormat=avro``, the schema revisions its messages name, read
+    from Pub/Sub's schema service once each (None: the extension is off). A revision that no
+    longer exists fails the messages that name it (dead letters); a service that cannot be reached
+    raises its client's error (a restart)."""
+    if config.get("messageBodyFormat") != AVRO_BODY:
+        return None
+    from google.api_core import exceptions as gexc
+
+    connection = cps_subscriber_config(config).connection
+    known: dict[tuple[str, str], tuple[str, str]] = {}
+
+    def definition(name: str, revision: str) -> tuple[str, str]:
+        if (name, revision) not in known:
+            try:
+                known[(name, revision)] = schema_revision(connection, name, revision)
+            except gexc.NotFound:
+                raise MessageSchemaError(f"schema {name}@{revision} is not in Pub/Sub's schema service") from None
+        return known[(name, revision)]
+
+    return definition

@@ -129,13 +129,14 @@ def _schema_id(framed: Column) -> Column:
 
 def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str,
                    name: str = "_avro", replaced: Mapping[str, Column] | None = None,
-                   as_key: bool = False) -> AvroOutcome:
+                   as_key: bool = False, whole_datum: bool = False) -> AvroOutcome:
     """The :class:`AvroOutcome` of the framed bytes in ``framed``: ``schemas`` holds each id of the
     batch with its writer schema's text, or why it has none (an unknown id: the registry's error);
     ``name`` prefixes the decoded columns (one per writer schema); ``replaced``: the attribute
     names the caller sets after a record's fields, with when it does (a field of that name is then
     left out, as the original overwrites it); ``as_key``: a key, which is only its text (what a
-    value cannot be as a message is no error of a key)."""
+    value cannot be as a message is no error of a key); ``whole_datum``: the body is the datum
+    itself in Avro's binary encoding (``messageBodyFormat=avro``), no attribute per field."""
     from pyspark.sql import functions as F
 
     first = F.substring(framed, 1, 1)
@@ -144,7 +145,7 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
         .otherwise(F.concat(F.lit(OTHER_MAGIC[0]), F.lower(F.hex(first)), F.lit(OTHER_MAGIC[1])))
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
-    mapping = _ValueMapping(body_name, replaced or {}, as_key)
+    mapping = _WholeDatum(payload) if whole_datum else _ValueMapping(body_name, replaced or {}, as_key)
     outcomes = {k: _schema_outcome(payload, k, v, mapping, f"{name}_{k}",
                                    framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
                 for k, v in sorted(schemas.items())}
@@ -168,7 +169,7 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
                        tuple(c for o in outcomes.values() for c in o.decoded))
 
 
-def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping,
+def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping | _WholeDatum,
                     decoded_name: str, chosen: Column) -> AvroOutcome:
     """One writer schema's outcome; its value is decoded into column ``decoded_name`` for the rows
     where ``chosen`` (their id is this schema's)."""
@@ -193,7 +194,8 @@ def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, ma
     else:
         decode = from_avro(payload, writer, {"avroSchema": reader_schema(writer), "mode": "PERMISSIVE"})
         undecodable = _undecodable(avro, schema, value)
-    body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value)
+    body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value) \
+        if isinstance(mapping, _ValueMapping) else mapping.message(avro)
     return AvroOutcome(
         text=F.when(~undecodable, java_text_col(schema, value)),
         body=F.when(~undecodable, body),
@@ -348,6 +350,23 @@ class _ValueMapping:
                            lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]))
         return (F.coalesce(utf8_bytes(body_text), F.lit(b"")), entries, F.lit(None).cast("string"), size,
                 _entry_limit_errors(entries))
+
+
+class _WholeDatum:
+    """``messageBodyFormat=avro``: the message is the datum as written (decoded only to prove it
+    decodes), no attribute per field; a top-level ``bytes`` value, written without its length by
+    Confluent's serializer, gets its length back (Avro's encoding of it)."""
+
+    def __init__(self, payload: Column) -> None:
+        self.payload = payload
+
+    def message(self, avro: AvroType) -> tuple[Column, Column, Column, Column, Column]:
+        from pyspark.sql import functions as F
+
+        from pubsub_connect.model.avro.written_columns import bytes_datum
+
+        body = bytes_datum(self.payload) if avro.kind == "bytes" else self.payload
+        return body, _no_attributes(), F.lit(None).cast("string"), F.lit(0).cast("long"), F.lit(None).cast("string")
 
 
 def _other_than(name: str) -> Callable[[Column, Column], Column]:

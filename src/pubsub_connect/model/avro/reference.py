@@ -32,6 +32,7 @@ from pubsub_connect.model.avro.schema import (
     union_member_name,
 )
 from pubsub_connect.model.avro.wire import split_frame
+from pubsub_connect.model.avro.writer import zigzag_varint
 from pubsub_connect.model.connect import (
     DATE,
     DECIMAL,
@@ -238,6 +239,20 @@ class RegistryAvroConverter:
         schema_id, payload = split_frame(data)
         reader = _reader(self._schema_text(schema_id))
         return SchemaAndValue(reader.schema, reader.decode(payload))
+
+    def writer_schema(self, data: bytes) -> tuple[int, str]:
+        """The id and text of a framed value's writer schema."""
+        schema_id, _ = split_frame(data)
+        return schema_id, self._schema_text(schema_id)
+
+    def datum(self, data: bytes) -> bytes:
+        """The value's datum in Avro's binary encoding without the header: what a Pub/Sub topic
+        whose schema is the writer schema takes. A top-level ``bytes`` value, which Confluent's
+        serializer writes without its length, gets its length back."""
+        schema_id, payload = split_frame(data)
+        if _reader(self._schema_text(schema_id)).avro.kind == "bytes":
+            return zigzag_varint(len(payload)) + payload
+        return payload
 
 
 @lru_cache(maxsize=256)

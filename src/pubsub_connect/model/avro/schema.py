@@ -152,6 +152,37 @@ class _Parser:
         return f"{space}.{name}" if space else name
 
 
+def parsing_canonical_form(text: str) -> str:
+    """Avro's Parsing Canonical Form of a schema: full names, only the attributes that shape the
+    binary encoding (no doc, default, alias or logical type), in the specification's order. Two
+    schemas with one canonical form read the same bytes the same way."""
+    named: set[str] = set()
+
+    def form(node: AvroType) -> str:
+        def text_of(value: Any) -> str:
+            return json.dumps(value, ensure_ascii=False)
+
+        if node.kind in PRIMITIVES:
+            return text_of(node.kind)
+        if node.kind in ("record", "enum", "fixed"):
+            if node.name in named:
+                return text_of(node.name)
+            named.add(str(node.name))
+            head = f'{{"name":{text_of(node.name)},"type":"{node.kind}"'
+            if node.kind == "record":
+                fields = ",".join(f'{{"name":{text_of(name)},"type":{form(kind)}}}' for name, kind in node.fields)
+                return f'{head},"fields":[{fields}]}}'
+            if node.kind == "enum":
+                return f'{head},"symbols":[{",".join(text_of(s) for s in node.symbols)}]}}'
+            return f'{head},"size":{node.size}}}'
+        if node.kind == "union":
+            return f'[{",".join(form(branch) for branch in node.branches)}]'
+        assert node.items is not None
+        return f'{{"type":"{node.kind}","{"items" if node.kind == "array" else "values"}":{form(node.items)}}}'
+
+    return form(parse_schema(text))
+
+
 def connect_schema(avro: AvroType, optional: bool = False) -> Schema:
     """The Connect schema of ``avro`` (``AvroData.toConnectSchema``)."""
     return _ConnectMapper().map(avro, optional)

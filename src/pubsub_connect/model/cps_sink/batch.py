@@ -26,6 +26,7 @@ from pubsub_connect.model.converters import (
 )
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, quote_name
 from pubsub_connect.model.cps_sink.settings import (
+    AVRO_BODY,
     KEY_ATTRIBUTE,
     MAX_ATTRIBUTE_KEY_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -36,8 +37,10 @@ from pubsub_connect.model.cps_sink.settings import (
     PARTITION_ATTRIBUTE,
     TIMESTAMP_ATTRIBUTE,
     TOPIC_ATTRIBUTE,
+    BodySchemaCheck,
     CpsSinkSettings,
     PubsubLimitError,
+    TopicSchemaError,
 )
 from pubsub_connect.model.frames import utf8_bytes
 
@@ -172,8 +175,9 @@ class CpsSinkConversion:
     """
 
     def __init__(self, settings: CpsSinkSettings, *, with_skipped_headers: bool = False,
-                 schemas: SchemaLookup | None = None) -> None:
-        """``schemas``: the writer schemas by id, for the Schema Registry converters."""
+                 schemas: SchemaLookup | None = None, body_schemas: BodySchemaCheck | None = None) -> None:
+        """``schemas``: the writer schemas by id, for the Schema Registry converters;
+        ``body_schemas``: with ``messageBodyFormat=avro``, which writer schemas the topic takes."""
         from pyspark.sql import functions as F
 
         self.settings = settings
@@ -181,7 +185,8 @@ class CpsSinkConversion:
         self._columns: _ColumnOutbox | None = None
         self._classified: list[Column | str] = []
         self._exact: Column | None = None
-        self._registry = _RegistryColumns(settings, schemas, with_skipped_headers) if uses_registry(settings) else None
+        self._registry = _RegistryColumns(settings, schemas, with_skipped_headers, body_schemas) \
+            if uses_registry(settings) else None
         if self._registry is None and (uses_column_path(settings) or uses_compact_json_path(settings)):
             self._columns = _ColumnOutbox(settings, with_skipped_headers)
         if uses_compact_json_path(settings):
@@ -238,7 +243,8 @@ class _RegistryColumns:
     unseen one looked up once, and the mapping built once per set of ids (kept while later
     batches bring no new one)."""
 
-    def __init__(self, settings: CpsSinkSettings, schemas: SchemaLookup | None, with_skipped_headers: bool):
+    def __init__(self, settings: CpsSinkSettings, schemas: SchemaLookup | None, with_skipped_headers: bool,
+                 body_schemas: BodySchemaCheck | None = None):
         if schemas is None:
             raise ValueError("the Schema Registry converters need the writer schemas' lookup")
         if not uses_column_path(settings):
@@ -252,6 +258,7 @@ class _RegistryColumns:
         self.built: tuple[tuple[int, ...], _ColumnOutbox] | None = None
         self.sides = [side for side, name in (("key", settings.key_converter), ("value", settings.value_converter))
                       if name in REGISTRY_AVRO_CONVERTERS]
+        self.body_schemas = body_schemas if settings.message_body_format == AVRO_BODY else None
 
     def outbox(self, bronze_df: DataFrame) -> DataFrame:
         from pubsub_connect.model.avro.batch import framed_outcome, schema_ids
@@ -265,13 +272,26 @@ class _RegistryColumns:
             from pyspark.sql import functions as F
 
             body_name = self.settings.message_body_name
-            outcomes = {side: framed_outcome(F.col(side), self.known, body_name, f"_avro_{side}",
-                                             _replaced_attributes(self.settings), as_key=side == "key")
+            whole = self.settings.message_body_format == AVRO_BODY
+            outcomes = {side: framed_outcome(F.col(side), self._bodies() if whole and side == "value" else self.known,
+                                             body_name, f"_avro_{side}", _replaced_attributes(self.settings),
+                                             as_key=side == "key", whole_datum=whole and side == "value")
                         for side in self.sides}
             columns = _ColumnOutbox(self.settings, self.with_skipped_headers, outcomes.get("key"),
                                     outcomes.get("value"))
             self.built = (wanted, columns)
         return self.built[1].apply(bronze_df.select(*_mapped_columns(self.settings)))
+
+    def _bodies(self) -> dict[int, str | Exception]:
+        """The writer schemas as message bodies: one the topic's schema refuses is why its
+        records are dead letters."""
+        if self.body_schemas is None:
+            return self.known
+        out: dict[int, str | Exception] = {}
+        for schema_id, writer in self.known.items():
+            refused = self.body_schemas(writer) if isinstance(writer, str) else None
+            out[schema_id] = TopicSchemaError(f"writer schema {schema_id}: {refused}") if refused else writer
+        return out
 
     def _writer_schema(self, schema_id: int) -> str | Exception:
         """The schema's text; an id the registry does not know is the records' fault (kept as the

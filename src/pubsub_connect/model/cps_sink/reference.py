@@ -23,6 +23,7 @@ from pubsub_connect.model.converters import (
     utf8,
 )
 from pubsub_connect.model.cps_sink.settings import (
+    AVRO_BODY,
     KEY_ATTRIBUTE,
     MAX_ATTRIBUTE_KEY_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -33,11 +34,13 @@ from pubsub_connect.model.cps_sink.settings import (
     PARTITION_ATTRIBUTE,
     TIMESTAMP_ATTRIBUTE,
     TOPIC_ATTRIBUTE,
+    BodySchemaCheck,
     CpsSinkSettings,
     KafkaRecord,
     PubsubLimitError,
     PubsubMessage,
     SinkResult,
+    TopicSchemaError,
     UnsupportedValueError,
 )
 
@@ -177,14 +180,24 @@ class CpsSinkMapper:
     """The reference mapping with its converters built once (they cache parsed JSON schemas)."""
 
     def __init__(self, settings: CpsSinkSettings, key_converter: ReadsConnect | None = None,
-                 value_converter: ReadsConnect | None = None) -> None:
+                 value_converter: ReadsConnect | None = None, body_schemas: BodySchemaCheck | None = None) -> None:
         """``key_converter``/``value_converter``: converters that need more than a class name
-        (the Schema Registry's, given their registry); by default the settings' converters."""
+        (the Schema Registry's, given their registry); by default the settings' converters.
+        ``body_schemas``: with ``messageBodyFormat=avro``, which writer schemas the topic takes."""
         self.settings = settings
+        self.body_schemas = body_schemas
         self.key_converter: ReadsConnect = key_converter or make_converter(settings.key_converter,
                                                                            settings.key_schemas_enable)
         self.value_converter: ReadsConnect = value_converter or make_converter(settings.value_converter,
                                                                                settings.value_schemas_enable)
+
+    def _check_body_schema(self, value: bytes) -> None:
+        """Raise :class:`TopicSchemaError` when the topic's schema refuses the value's writer schema."""
+        assert self.body_schemas is not None
+        schema_id, writer = self.value_converter.writer_schema(value)  # type: ignore[attr-defined]
+        refused = self.body_schemas(writer)
+        if refused:
+            raise TopicSchemaError(f"writer schema {schema_id}: {refused}")
 
     def map(self, record: KafkaRecord) -> SinkResult:
         """Map one record; raises :class:`DataError` (a subclass) when it cannot be published."""
@@ -215,13 +228,18 @@ class CpsSinkMapper:
         except DataError as e:
             raise type(e)(f"key: {e}") from None
         try:
+            if s.message_body_format == AVRO_BODY and self.body_schemas is not None and value is not None:
+                self._check_body_schema(value)
             value_sv = self.value_converter.to_connect(value)
         except DataError as e:
             raise type(e)(f"value: {e}") from None
 
         attributes: dict[str, str] = {}
         try:
-            data = encode_body(value_sv.schema, value_sv.value, s.message_body_name, attributes)
+            if s.message_body_format == AVRO_BODY:  # the datum itself: no attribute per field
+                data = b"" if value is None else self.value_converter.datum(value)  # type: ignore[attr-defined]
+            else:
+                data = encode_body(value_sv.schema, value_sv.value, s.message_body_name, attributes)
         except DataError as e:
             raise type(e)(f"value: {e}") from None
 

@@ -4,7 +4,7 @@ reference and the batch implementation share.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -21,6 +21,12 @@ if TYPE_CHECKING:
 
 DEFAULT_MESSAGE_BODY_NAME = "cps_message_body"
 ORDERING_KEY_SOURCES = ("none", "key", "partition")
+#: ``messageBodyFormat``: Google's mapping of the value (``connect``: the ``messageBodyName``
+#: field is the data, the other fields attributes), or (``avro``, an extension) the value's own
+#: Avro datum as the data, for a Pub/Sub topic whose schema is the records' Avro schema.
+CONNECT_BODY = "connect"
+AVRO_BODY = "avro"
+MESSAGE_BODY_FORMATS = (CONNECT_BODY, AVRO_BODY)
 
 #: Pub/Sub resource limits (https://cloud.google.com/pubsub/quotas#resource_limits).
 MAX_ATTRIBUTES = 100
@@ -56,6 +62,18 @@ class PubsubLimitError(DataError):
     error_class = "PubsubLimitError"
 
 
+class TopicSchemaError(DataError):
+    """``messageBodyFormat=avro``: the record's writer schema is not one the topic's schema takes
+    (Pub/Sub would refuse the message, and with it the publish of its whole batch)."""
+
+    error_class = "TopicSchemaError"
+
+
+#: ``messageBodyFormat=avro``: why the topic refuses datums of a writer schema (its text), or
+#: None when it takes them.
+BodySchemaCheck = Callable[[str], "str | None"]
+
+
 @dataclass(frozen=True)
 class CpsSinkSettings:
     """The sink keys that shape messages, already typed (``config`` builds this from properties)."""
@@ -68,8 +86,15 @@ class CpsSinkSettings:
     value_converter: str = DEFAULT_CONVERTER
     key_schemas_enable: bool = True
     value_schemas_enable: bool = True
+    message_body_format: str = CONNECT_BODY
 
     def __post_init__(self) -> None:
+        if self.message_body_format not in MESSAGE_BODY_FORMATS:
+            raise ValueError(f"messageBodyFormat must be one of {', '.join(MESSAGE_BODY_FORMATS)}, got "
+                             f"{self.message_body_format!r}")
+        if self.message_body_format == AVRO_BODY and self.value_converter not in REGISTRY_AVRO_CONVERTERS:
+            raise ValueError(f"messageBodyFormat={AVRO_BODY} publishes the value's Avro datum: it needs "
+                             f"value.converter=AvroConverter, not {self.value_converter.rsplit('.', 1)[-1]}")
         if self.ordering_key_source not in ORDERING_KEY_SOURCES:
             raise ValueError(
                 f"orderingKeySource must be one of {', '.join(ORDERING_KEY_SOURCES)}, got {self.ordering_key_source!r}"

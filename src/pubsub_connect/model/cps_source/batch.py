@@ -42,6 +42,7 @@ from pubsub_connect.model.cps_source.settings import (
     DuplicateFieldError,
     InvalidTimestampError,
     KeyConverterError,
+    MessageSchemas,
     StructConverterError,
     UnsupportedConverterError,
     duplicate_field_message,
@@ -306,7 +307,7 @@ def _staged(settings: CpsSourceSettings, registry: RegistryColumns | None = None
     if registry is not None:
         names = F.transform(entries, lambda e: e["key"])
         names = F.when(made, F.concat(names, F.array(F.lit(ORDERING_KEY_ATTRIBUTE)))).otherwise(names)
-        checked.append(registry.signature(names, custom & F.lit(struct_mode) & clash.isNull()).alias("_sig"))
+        checked.append(registry.signature(names, custom & F.lit(struct_mode) & clash.isNull(), attrs).alias("_sig"))
 
     bad_ts, duplicate, clash = (
         F.col("_bad_ts"),
@@ -447,11 +448,12 @@ class KafkaOutboxConversion:
     numbering continues from one micro-batch to the next and is the same when one is replayed.
     Raises :class:`UnsupportedConverterError` for a converter that cannot write the struct values
     (see :func:`check_value_converter`). A Schema Registry converter gets its ids from
-    ``schema_ids`` (registering, or looking up, as the connector's converter settings say).
+    ``schema_ids`` (registering, or looking up, as the connector's converter settings say);
+    with ``messageBodyFormat=avro``, the schema revisions messages name from ``message_schemas``.
     """
 
     def __init__(self, settings: CpsSourceSettings, *, with_message: bool = False,
-                 schema_ids: SchemaIds | None = None):
+                 schema_ids: SchemaIds | None = None, message_schemas: MessageSchemas | None = None):
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -461,7 +463,7 @@ class KafkaOutboxConversion:
         if settings.avro_key or settings.avro_value:
             if schema_ids is None:
                 raise ValueError("a Schema Registry converter needs its registry (schema_ids)")
-            registry = RegistryColumns(settings, schema_ids)
+            registry = RegistryColumns(settings, schema_ids, message_schemas)
         self._staged = _staged(settings, registry)
         self._count = settings.partition_count
         self._slot: Column | None = None

@@ -10,7 +10,8 @@ from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.avro.writer import SchemaIds, written
+from pubsub_connect.model.avro.wire import frame
+from pubsub_connect.model.avro.writer import SchemaIds, subject_name, written
 from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Schema, Struct
 from pubsub_connect.model.converters import (
     BOOLEAN_CONVERTER,
@@ -22,6 +23,7 @@ from pubsub_connect.model.converters import (
     shared_converter,
 )
 from pubsub_connect.model.cps_source.settings import (
+    AVRO_BODY,
     HASH_KEY,
     HASH_VALUE,
     INT_MIN,
@@ -36,21 +38,28 @@ from pubsub_connect.model.cps_source.settings import (
     ORDERING_KEY,
     ORDERING_KEY_ATTRIBUTE,
     ROUND_ROBIN,
+    SCHEMA_ENCODING_ATTRIBUTE,
+    SCHEMA_NAME_ATTRIBUTE,
+    SCHEMA_REVISION_ATTRIBUTE,
     CpsSourceSettings,
     DuplicateFieldError,
     InvalidTimestampError,
     KafkaOutRecord,
     KeyConverterError,
+    MessageSchemaError,
+    MessageSchemas,
     OutboxRow,
     PubsubReceived,
     StructConverterError,
     UnsupportedConverterError,
     duplicate_field_message,
     key_converter_message,
+    message_schema_problem,
     struct_converter_message,
     struct_schema,
     timestamp_error_message,
     unicode_digits,
+    written_definition,
 )
 
 if TYPE_CHECKING:
@@ -223,11 +232,13 @@ def select_partition(
 
 
 def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_robin_counter: int = 0,
-                      schema_ids: SchemaIds | None = None) -> KafkaOutRecord:
+                      schema_ids: SchemaIds | None = None,
+                      message_schemas: MessageSchemas | None = None) -> KafkaOutRecord:
     """Map one message to one Kafka record (the reference implementation).
 
     ``round_robin_counter`` is used only when :func:`uses_round_robin` is true; the caller advances
-    it. ``schema_ids`` gives the Schema Registry converters their ids. Raises a
+    it. ``schema_ids`` gives the Schema Registry converters their ids, ``message_schemas`` the
+    schema revisions messages name (``messageBodyFormat=avro``). Raises a
     :class:`~pubsub_connect.model.connect.DataError` subclass for a message that must go to the
     dead-letter table.
     """
@@ -244,7 +255,10 @@ def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_ro
         value = serialize_struct(struct, settings, schema_ids)
     else:
         key_bytes = serialize_key(key, settings, schema_ids)
-        value = serialize_bytes_value(msg.data, settings, schema_ids)
+        if settings.message_body_format == AVRO_BODY:
+            value = _message_datum(msg, settings, schema_ids, message_schemas)
+        else:
+            value = serialize_bytes_value(msg.data, settings, schema_ids)
         if has_custom_attributes(msg, settings):
             headers = record_headers(msg, settings)
     return KafkaOutRecord(
@@ -261,6 +275,7 @@ def reference_outbox(
     settings: CpsSourceSettings,
     start_counter: int = 0,
     schema_ids: SchemaIds | None = None,
+    message_schemas: MessageSchemas | None = None,
 ) -> list[OutboxRow]:
     """What :func:`to_kafka_outbox` must produce for a batch of (message, ingest_time_ms) pairs.
 
@@ -282,7 +297,7 @@ def reference_outbox(
     rows: list[OutboxRow] = []
     for msg in ordered:
         try:
-            record = message_to_record(msg, settings, counter, schema_ids)
+            record = message_to_record(msg, settings, counter, schema_ids, message_schemas)
         except DataError as exc:
             key = record_key(msg, settings)
             rows.append(
@@ -399,6 +414,23 @@ def _avro(schema_ids: SchemaIds | None, side: str, settings: CpsSourceSettings, 
         raise ValueError(f"{side}.converter is a Schema Registry converter: its schema ids are needed")
     strategy = settings.key_subject_strategy if side == "key" else settings.value_subject_strategy
     return written(schema_ids, side, strategy, settings.kafka_topic, schema, value)
+
+
+def _message_datum(msg: PubsubReceived, settings: CpsSourceSettings, schema_ids: SchemaIds | None,
+                   message_schemas: MessageSchemas | None) -> bytes:
+    """``messageBodyFormat=avro``: the data (a binary Avro datum Pub/Sub validated) framed with the
+    id of the schema revision it names, registered under the value's subject."""
+    attributes = msg.attributes
+    name, revision = attributes.get(SCHEMA_NAME_ATTRIBUTE), attributes.get(SCHEMA_REVISION_ATTRIBUTE)
+    problem = message_schema_problem(name, revision, attributes.get(SCHEMA_ENCODING_ATTRIBUTE))
+    if problem is not None:
+        raise MessageSchemaError(problem)
+    if schema_ids is None or message_schemas is None:
+        raise ValueError("messageBodyFormat=avro needs the registry's ids and the messages' schemas")
+    assert name is not None and revision is not None
+    text = written_definition(name, revision, *message_schemas(name, revision))
+    subject = subject_name(settings.value_subject_strategy, settings.kafka_topic, False, text)
+    return frame(schema_ids("value", subject, text), msg.data)
 
 
 def _as_kafka_json(json_bytes: bytes) -> bytes:

@@ -22,8 +22,19 @@ from typing import TYPE_CHECKING
 from pubsub_connect.model.avro.wire import frame
 from pubsub_connect.model.avro.writer import SchemaIds, avro_schema_text, subject_name
 from pubsub_connect.model.avro.written_columns import bytes_datum, optional_string_datum, string_data, string_datum
-from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Schema
-from pubsub_connect.model.cps_source.settings import CpsSourceSettings, struct_schema
+from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError
+from pubsub_connect.model.cps_source.settings import (
+    AVRO_BODY,
+    SCHEMA_ENCODING_ATTRIBUTE,
+    SCHEMA_NAME_ATTRIBUTE,
+    SCHEMA_REVISION_ATTRIBUTE,
+    CpsSourceSettings,
+    MessageSchemaError,
+    MessageSchemas,
+    message_schema_problem,
+    struct_schema,
+    written_definition,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -39,9 +50,15 @@ class RegistryColumns:
     ``_key_header`` and ``_value_header`` (the 5 bytes framing a row's key and value),
     ``_schema_error_class`` and ``_schema_error`` (a row whose schema was refused)."""
 
-    def __init__(self, settings: CpsSourceSettings, schema_ids: SchemaIds) -> None:
+    def __init__(self, settings: CpsSourceSettings, schema_ids: SchemaIds,
+                 message_schemas: MessageSchemas | None = None) -> None:
+        """``message_schemas``: with ``messageBodyFormat=avro``, the schema revisions messages name."""
         self._settings = settings
         self._schema_ids = schema_ids
+        self._message_schemas = message_schemas
+        self._datums = settings.message_body_format == AVRO_BODY
+        if self._datums and message_schemas is None:
+            raise ValueError("messageBodyFormat=avro needs the messages' schemas")
         #: Resolved schemas: field-name list (or ``_BYTES``) → header bytes; the key's header.
         self._values: dict[str, bytes] = {}
         self._key: bytes | None = None
@@ -49,11 +66,14 @@ class RegistryColumns:
 
     # -- per stage: the expressions -------------------------------------------------------------
 
-    @staticmethod
-    def signature(names: Column, needs_struct: Column) -> Column:
-        """``_sig``: the field names of a row's STRUCT value as JSON (null: a BYTES value)."""
+    def signature(self, names: Column, needs_struct: Column, attributes: Column) -> Column:
+        """``_sig``: the field names of a row's STRUCT value as JSON (null: a BYTES value); with
+        ``messageBodyFormat=avro``, the schema, revision and encoding its attributes name."""
         from pyspark.sql import functions as F
 
+        if self._datums:
+            return F.to_json(F.array(*[F.try_element_at(attributes, F.lit(name)) for name in (
+                SCHEMA_NAME_ATTRIBUTE, SCHEMA_REVISION_ATTRIBUTE, SCHEMA_ENCODING_ATTRIBUTE)]))
         return F.when(needs_struct, F.to_json(names))
 
     def key(self, key: Column) -> Column:
@@ -64,9 +84,12 @@ class RegistryColumns:
 
     def value(self, needs_struct: Column, data: Column, values: Column, made: Column, ordering_key: Column) -> Column:
         """The framed value: a STRUCT's data, attribute values and ``orderingKey``; a BYTES value's
-        data as it is (Confluent's serializer writes top-level bytes without their length)."""
+        data as it is (Confluent's serializer writes top-level bytes without their length); with
+        ``messageBodyFormat=avro`` the data, which is the datum."""
         from pyspark.sql import functions as F
 
+        if self._datums:
+            return F.concat(F.col("_value_header"), data)
         datum = F.when(
             needs_struct,
             F.concat(bytes_datum(data), string_data(values),
@@ -111,6 +134,8 @@ class RegistryColumns:
 
     def _needs_job(self) -> bool:
         s = self._settings
+        if self._datums:  # each batch may name schema revisions not seen yet
+            return True
         complete = (not s.avro_value or (self._headers_only and _BYTES in self._values)) and \
             (not s.avro_key or self._key is not None)
         return not complete
@@ -118,25 +143,34 @@ class RegistryColumns:
     def _resolve_value(self, sig: str) -> tuple[str, str] | None:
         if sig in self._values:
             return None
-        schema = BYTES if sig == _BYTES else struct_schema(json.loads(sig))
         try:
-            self._values[sig] = self._header("value", schema)
+            if self._datums:
+                self._values[sig] = self._datum_header(*json.loads(sig))
+            else:
+                schema = BYTES if sig == _BYTES else struct_schema(json.loads(sig))
+                self._values[sig] = self._header("value", avro_schema_text(schema))
         except DataError as exc:
             return exc.error_class, str(exc)
         return None
+
+    def _datum_header(self, name: str | None, revision: str | None, encoding: str | None) -> bytes:
+        problem = message_schema_problem(name, revision, encoding)
+        if problem is not None:
+            raise MessageSchemaError(problem)
+        assert name is not None and revision is not None and self._message_schemas is not None
+        return self._header("value", written_definition(name, revision, *self._message_schemas(name, revision)))
 
     def _resolve_key(self) -> tuple[str, str] | None:
         if self._key is not None:
             return None
         try:
-            self._key = self._header("key", OPTIONAL_STRING)
+            self._key = self._header("key", avro_schema_text(OPTIONAL_STRING))
         except DataError as exc:
             return exc.error_class, str(exc)
         return None
 
-    def _header(self, side: str, schema: Schema) -> bytes:
+    def _header(self, side: str, text: str) -> bytes:
         s = self._settings
-        text = avro_schema_text(schema)
         strategy = s.key_subject_strategy if side == "key" else s.value_subject_strategy
         schema_id = self._schema_ids(side, subject_name(strategy, s.kafka_topic, side == "key", text), text)
         return frame(schema_id, b"")

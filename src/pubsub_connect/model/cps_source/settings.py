@@ -5,8 +5,10 @@ reference and the batch implementation share.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,6 +51,18 @@ MAX_TIMESTAMP_MS = 253_402_300_799_999
 #: schema then matches the original's (``"optional":false``).
 ATTRIBUTE_FIELD_SCHEMA = STRING
 
+
+
+#: ``messageBodyFormat``: Google's mapping (``connect``: the data as BYTES or in a struct with the
+#: attributes), or (``avro``, an extension) the data as the Avro datum Pub/Sub validated it as, for
+#: a subscription of a topic with an Avro schema: written with that schema, registered.
+CONNECT_BODY = "connect"
+AVRO_BODY = "avro"
+MESSAGE_BODY_FORMATS = (CONNECT_BODY, AVRO_BODY)
+#: The attributes Pub/Sub adds to a message it validated against its topic's schema.
+SCHEMA_NAME_ATTRIBUTE = "googclient_schemaname"
+SCHEMA_REVISION_ATTRIBUTE = "googclient_schemarevisionid"
+SCHEMA_ENCODING_ATTRIBUTE = "googclient_schemaencoding"
 
 
 def struct_schema(names: list[str] | tuple[str, ...]) -> Schema:
@@ -127,6 +141,42 @@ class StructConverterError(DataError):
     error_class = "StructConverterError"
 
 
+class MessageSchemaError(DataError):
+    """``messageBodyFormat=avro``: a message that is not a binary Avro datum of a schema Pub/Sub
+    names (no schema attributes, JSON encoding, a schema that is not Avro)."""
+
+    error_class = "MessageSchemaError"
+
+
+def message_schema_problem(name: str | None, revision: str | None, encoding: str | None) -> str | None:
+    """Why a message with these schema attributes has no Avro datum to write (None: it has one)."""
+    if not name or not revision:
+        return (f"the message has no {SCHEMA_NAME_ATTRIBUTE}/{SCHEMA_REVISION_ATTRIBUTE} attributes: it was not "
+                "validated against a topic's schema (messageBodyFormat=avro)")
+    if encoding != "BINARY":
+        return (f"the message is {encoding or 'un'}-encoded under schema {name}@{revision}; messageBodyFormat=avro "
+                "writes Avro's binary encoding (set the topic's schema encoding to BINARY)")
+    return None
+
+
+#: How a connector reads the schema revisions its messages name: ``(schema name, revision id) →
+#: (type, definition)``, as Pub/Sub's schema service holds them.
+MessageSchemas = Callable[[str, str], tuple[str, str]]
+
+
+def written_definition(name: str, revision: str, kind: str, definition: str) -> str:
+    """The Avro schema text a message of this revision is written with (compact JSON), or
+    :class:`MessageSchemaError` for one that cannot be: not Avro, or a top-level ``bytes``
+    (whose datum Confluent's readers take without Avro's length)."""
+    if kind != "AVRO":
+        raise MessageSchemaError(f"schema {name}@{revision} is a {kind} schema; messageBodyFormat=avro writes Avro")
+    parsed = json.loads(definition)
+    if parsed == "bytes" or parsed == {"type": "bytes"}:
+        raise MessageSchemaError(f"schema {name}@{revision} is a top-level bytes schema: its datums are the message "
+                                 "data itself (use messageBodyFormat=connect)")
+    return json.dumps(parsed, separators=(",", ":"), ensure_ascii=False)
+
+
 class DuplicateFieldError(DataError):
     """An attribute would become a second struct field named ``message`` or ``orderingKey``."""
 
@@ -192,8 +242,15 @@ class CpsSourceSettings:
     kafka_topic: str = ""
     key_subject_strategy: str = TOPIC_NAME_STRATEGY
     value_subject_strategy: str = TOPIC_NAME_STRATEGY
+    message_body_format: str = CONNECT_BODY
 
     def __post_init__(self) -> None:
+        if self.message_body_format not in MESSAGE_BODY_FORMATS:
+            raise ValueError(f"messageBodyFormat={self.message_body_format!r} is not one of "
+                             f"{', '.join(MESSAGE_BODY_FORMATS)}")
+        if self.message_body_format == AVRO_BODY and not (self.avro_value and self.kafka_record_headers):
+            raise ValueError("messageBodyFormat=avro writes each message's Avro datum as the record's value: it needs "
+                             "value.converter=AvroConverter and kafka.record.headers=true (the attributes as headers)")
         if self.partition_scheme not in PARTITION_SCHEMES:
             raise ValueError(
                 f"kafka.partition.scheme={self.partition_scheme!r} is not one of {', '.join(PARTITION_SCHEMES)}"
