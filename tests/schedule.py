@@ -56,8 +56,8 @@ MEASURED_SECONDS = {
     "reliability/test_cps_source_backlog.py": 85,
     "e2e/test_cps_sink_fused.py": 80,
     # Measured alone (its registry and the emulator shared with the session): 52 s, plus ~100 s for
-    # the Avro-schema topic (two runs).
-    "e2e/test_cps_sink_avro.py": 150,
+    # the Avro-schema topic (two runs) and ~45 s for the JSON bodies.
+    "e2e/test_cps_sink_avro.py": 200,
     # Measured alone (registry and emulator started for it): 54 s, plus ~75 s for the Avro-schema
     # topic (both modes).
     "e2e/test_cps_source_avro.py": 130,

@@ -97,6 +97,30 @@ def test_avro_records_reach_pubsub_as_googles_sink_publishes_them(
     assert messages[1].startswith("value: Schema Registry GET /schemas/ids/2147483632: ") and "40403" in messages[1]
 
 
+def test_json_message_bodies_are_the_whole_records(
+        spark, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, unique_name: str) -> None:
+    """``messageBodyFormat=json``: each record whole, as Kafka's JsonConverter writes it without
+    schemas, is the message data (the decimal as its unscaled bytes in base64, the date as days,
+    the enum as its symbol); the key is the one attribute."""
+    create_topic(kafka_bootstrap, unique_name)
+    serializer = AvroSerializer(SchemaRegistryClient({"url": schema_registry_url}), ORDER)
+    produce(kafka_bootstrap, unique_name, [Rec(serializer(order(n), SerializationContext(
+        unique_name, MessageField.VALUE)), key=f"k{n}".encode()) for n in (3, 4)])
+    _, subscription = create_topic_and_subscription(unique_name)
+    connector = sink_config(unique_name, unique_name, unique_name, **{
+        "key.converter": "org.apache.kafka.connect.storage.StringConverter",
+        "value.converter": "io.confluent.connect.avro.AvroConverter",
+        "value.converter.schema.registry.url": schema_registry_url, "messageBodyFormat": "json"})
+    run_once(spark, kafka_bootstrap, tmp_path, connector)
+    got = {m.attributes["key"]: (m.data, dict(m.attributes)) for m in pull_all(subscription, 2, timeout=60)}
+    assert got == {
+        "k3": (b'{"id":3,"name":"order-3","price":"AUU=","day":19757,"color":"GREEN","tags":["a","t3"],'
+               b'"note":"n3"}', {"key": "k3"}),
+        "k4": (b'{"id":4,"name":"order-4","price":"Aak=","day":19758,"color":"RED","tags":["a","t4"],'
+               b'"note":null}', {"key": "k4"}),
+    }
+
+
 def test_avro_message_bodies_reach_a_topic_with_that_avro_schema(
         spark, kafka_bootstrap: str, schema_registry_url: str, tmp_path: Path, unique_name: str) -> None:
     """``messageBodyFormat=avro``: each record's own datum is the message, so a Pub/Sub topic

@@ -191,7 +191,7 @@ def test_avro_message_bodies_are_the_datums_themselves(spark: Any) -> None:
 def test_avro_message_bodies_need_an_avro_value() -> None:
     with pytest.raises(ValueError) as refused:
         CpsSinkSettings(value_converter=STRING, message_body_format="avro")
-    assert str(refused.value) == ("messageBodyFormat=avro publishes the value's Avro datum: it needs "
+    assert str(refused.value) == ("messageBodyFormat=avro publishes the whole Avro value: it needs "
                                   "value.converter=AvroConverter, not StringConverter")
 
 
@@ -235,3 +235,23 @@ def test_the_canonical_form_is_avros() -> None:
         '{"name":"again","type":"shop.Kind"},{"name":"m","type":{"type":"map","values":"bytes"}},'
         '{"name":"u","type":["null",{"name":"x.F","type":"fixed","size":2}]}]}')
     assert parsing_canonical_form('{"type": "string"}') == '"string"'
+
+
+def test_json_message_bodies_are_the_values_json(spark: Any) -> None:
+    """``messageBodyFormat=json``: the data is the whole value's JSON as Kafka's JsonConverter writes
+    it without schemas (fields in order, nulls kept, bytes and decimals in base64, dates as days,
+    timestamps as milliseconds), nested records, maps and unions included; no attribute per field."""
+    settings = CpsSinkSettings(key_converter=STRING, value_converter=AVRO, message_body_format="json")
+    rows = records()
+    actual = batch_rows(CpsSinkConversion(settings, with_skipped_headers=True, schemas=lookup)
+                        .to_outbox(bronze(spark, rows)))
+    compare(actual, reference_rows(rows, settings))
+    by_offset = {r.offset: actual[r.offset] for r in rows}
+    assert json.loads(by_offset[2][0]) == {"a": 1, "inner": {"x": 2}}          # a nested record
+    assert by_offset[4][0] == b'{"int":42,"string":null}'                       # a union, as Connect's struct
+    assert by_offset[6][0] == b"[1,-2,300]"
+    assert by_offset[7][0] == b'{"body":5,"other":6}'                           # a map, by name
+    assert by_offset[8][0] == b'"cmF3IGJ5dGVzIAD/"'                             # top-level bytes, base64
+    assert by_offset[9][0] == b"5"                                              # a timestamp: its milliseconds
+    assert all(a == ({"key": f"k{o}"} if o % 4 else {}) for o, (d, a, *_) in by_offset.items()
+               if d is not None and rows[o].value is not None)

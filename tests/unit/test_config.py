@@ -276,9 +276,10 @@ def test_the_schema_registry_converter_keys_as_connect_users_write_them(capsys: 
     ({"value.converter": "org.apache.kafka.connect.json.JsonConverter",
       "key.converter": "io.confluent.connect.avro.AvroConverter", "key.converter.schema.registry.url": "http://r"},
      "value.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry"),
-    ({"value.converter": "org.apache.kafka.connect.storage.StringConverter", "messageBodyFormat": "avro"},
-     "avro.properties: messageBodyFormat=avro publishes each value's Avro datum: it needs "
-     "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's)"),
+    ({"value.converter": "org.apache.kafka.connect.storage.StringConverter", "messageBodyFormat": "json"},
+     "avro.properties: messageBodyFormat=json publishes each whole Avro value: it needs "
+     "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's); to publish other values as they "
+     "are, use value.converter=ByteArrayConverter"),
     ({"value.converter.schema.registry.url": "http://r",
       "value.converter.value.subject.name.strategy": "com.example.MyStrategy"},
      "value.converter.value.subject.name.strategy=com.example.MyStrategy is not one of TopicNameStrategy, "

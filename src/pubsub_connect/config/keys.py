@@ -210,9 +210,10 @@ CPS_SINK_KEYS: tuple[Key, ...] = (
        choices=("none", "key", "partition")),
     _k("messageBodyName", "string", "cps_message_body", "Struct field / map key that becomes the body."),
     _k("messageBodyFormat", "enum", "connect", "connect: the value mapped as Google's connector maps it "
-       "(messageBodyName); avro (an extension): the value's own Avro datum as the data, without the Schema "
-       "Registry header, for a Pub/Sub topic whose schema is the records' Avro schema (BINARY encoding).",
-       choices=("connect", "avro")),
+       "(messageBodyName); extensions for AvroConverter values: avro, the value's own Avro datum as the data, "
+       "without the Schema Registry header, for a Pub/Sub topic whose schema is the records' Avro schema (BINARY "
+       "encoding); json, the whole value as Kafka's JsonConverter writes it (schemas.enable=false).",
+       choices=("connect", "avro", "json")),
     *GCP_CREDENTIAL_KEYS,
 )
 

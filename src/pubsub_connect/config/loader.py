@@ -265,10 +265,12 @@ def _registry_checks(config: ConnectorConfig) -> None:
     converter beside it that maps in columns too, and the same registry on both sides; the sink's
     Avro message bodies need one on the value side."""
     sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
-    if config.kind == CPS_SINK and config.get("messageBodyFormat") == "avro" and "value" not in sides:
-        raise ConfigError(f"{config.source}: messageBodyFormat=avro publishes each value's Avro datum: it needs "
-                          "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's)")
-    if config.kind == CPS_SOURCE and config.get("messageBodyFormat") == "avro" and (
+    body_format = config.get("messageBodyFormat") if config.kind in (CPS_SINK, CPS_SOURCE) else "connect"
+    if config.kind == CPS_SINK and body_format != "connect" and "value" not in sides:
+        raise ConfigError(f"{config.source}: messageBodyFormat={body_format} publishes each whole Avro value: it "
+                          "needs value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's); to publish "
+                          "other values as they are, use value.converter=ByteArrayConverter")
+    if config.kind == CPS_SOURCE and body_format == "avro" and (
             "value" not in sides or not config.get("kafka.record.headers")):
         raise ConfigError(f"{config.source}: messageBodyFormat=avro writes each message's Avro datum as the record's "
                           "value: it needs value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's) "

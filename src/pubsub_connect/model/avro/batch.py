@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from pubsub_connect.model.avro.reference import AvroDataError
 from pubsub_connect.model.avro.schema import UNION_NAME, AvroSchemaError, AvroType, connect_schema, parse_schema
-from pubsub_connect.model.avro.values import body_col, java_text_col, member
+from pubsub_connect.model.avro.values import body_col, java_text_col, json_col, member
 from pubsub_connect.model.avro.wire import (
     HEADER_BYTES,
     MAGIC_BYTE,
@@ -129,14 +129,15 @@ def _schema_id(framed: Column) -> Column:
 
 def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str,
                    name: str = "_avro", replaced: Mapping[str, Column] | None = None,
-                   as_key: bool = False, whole_datum: bool = False) -> AvroOutcome:
+                   as_key: bool = False, whole: str | None = None) -> AvroOutcome:
     """The :class:`AvroOutcome` of the framed bytes in ``framed``: ``schemas`` holds each id of the
     batch with its writer schema's text, or why it has none (an unknown id: the registry's error);
     ``name`` prefixes the decoded columns (one per writer schema); ``replaced``: the attribute
     names the caller sets after a record's fields, with when it does (a field of that name is then
     left out, as the original overwrites it); ``as_key``: a key, which is only its text (what a
-    value cannot be as a message is no error of a key); ``whole_datum``: the body is the datum
-    itself in Avro's binary encoding (``messageBodyFormat=avro``), no attribute per field."""
+    value cannot be as a message is no error of a key); ``whole``: the body is the whole value,
+    no attribute per field: ``avro``, the datum itself in Avro's binary encoding, or ``json``, its
+    JSON as Kafka's JsonConverter writes it without schemas (``messageBodyFormat``)."""
     from pyspark.sql import functions as F
 
     first = F.substring(framed, 1, 1)
@@ -145,7 +146,7 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
         .otherwise(F.concat(F.lit(OTHER_MAGIC[0]), F.lower(F.hex(first)), F.lit(OTHER_MAGIC[1])))
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
-    mapping = _WholeDatum(payload) if whole_datum else _ValueMapping(body_name, replaced or {}, as_key)
+    mapping = _WholeValue(payload, whole) if whole else _ValueMapping(body_name, replaced or {}, as_key)
     outcomes = {k: _schema_outcome(payload, k, v, mapping, f"{name}_{k}",
                                    framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
                 for k, v in sorted(schemas.items())}
@@ -169,7 +170,7 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
                        tuple(c for o in outcomes.values() for c in o.decoded))
 
 
-def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping | _WholeDatum,
+def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping | _WholeValue,
                     decoded_name: str, chosen: Column) -> AvroOutcome:
     """One writer schema's outcome; its value is decoded into column ``decoded_name`` for the rows
     where ``chosen`` (their id is this schema's)."""
@@ -195,7 +196,7 @@ def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, ma
         decode = from_avro(payload, writer, {"avroSchema": reader_schema(writer), "mode": "PERMISSIVE"})
         undecodable = _undecodable(avro, schema, value)
     body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value) \
-        if isinstance(mapping, _ValueMapping) else mapping.message(avro)
+        if isinstance(mapping, _ValueMapping) else mapping.message(avro, schema, value)
     return AvroOutcome(
         text=F.when(~undecodable, java_text_col(schema, value)),
         body=F.when(~undecodable, body),
@@ -352,20 +353,25 @@ class _ValueMapping:
                 _entry_limit_errors(entries))
 
 
-class _WholeDatum:
-    """``messageBodyFormat=avro``: the message is the datum as written (decoded only to prove it
-    decodes), no attribute per field; a top-level ``bytes`` value, written without its length by
-    Confluent's serializer, gets its length back (Avro's encoding of it)."""
+class _WholeValue:
+    """``messageBodyFormat=avro`` or ``json``: the message is the whole value, no attribute per
+    field. ``avro``: the datum as written (decoded only to prove it decodes); a top-level
+    ``bytes`` value, written without its length by Confluent's serializer, gets its length back
+    (Avro's encoding of it). ``json``: the decoded value's JSON (:func:`json_col`)."""
 
-    def __init__(self, payload: Column) -> None:
+    def __init__(self, payload: Column, format_name: str) -> None:
         self.payload = payload
+        self.json = format_name == "json"
 
-    def message(self, avro: AvroType) -> tuple[Column, Column, Column, Column, Column]:
+    def message(self, avro: AvroType, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
         from pyspark.sql import functions as F
 
         from pubsub_connect.model.avro.written_columns import bytes_datum
 
-        body = bytes_datum(self.payload) if avro.kind == "bytes" else self.payload
+        if self.json:
+            body = utf8_bytes(json_col(schema, value))
+        else:
+            body = bytes_datum(self.payload) if avro.kind == "bytes" else self.payload
         return body, _no_attributes(), F.lit(None).cast("string"), F.lit(0).cast("long"), F.lit(None).cast("string")
 
 

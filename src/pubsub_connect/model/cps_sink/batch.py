@@ -27,6 +27,7 @@ from pubsub_connect.model.converters import (
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, quote_name
 from pubsub_connect.model.cps_sink.settings import (
     AVRO_BODY,
+    CONNECT_BODY,
     KEY_ATTRIBUTE,
     MAX_ATTRIBUTE_KEY_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -272,10 +273,10 @@ class _RegistryColumns:
             from pyspark.sql import functions as F
 
             body_name = self.settings.message_body_name
-            whole = self.settings.message_body_format == AVRO_BODY
+            whole = None if self.settings.message_body_format == CONNECT_BODY else self.settings.message_body_format
             outcomes = {side: framed_outcome(F.col(side), self._bodies() if whole and side == "value" else self.known,
                                              body_name, f"_avro_{side}", _replaced_attributes(self.settings),
-                                             as_key=side == "key", whole_datum=whole and side == "value")
+                                             as_key=side == "key", whole=whole if side == "value" else None)
                         for side in self.sides}
             columns = _ColumnOutbox(self.settings, self.with_skipped_headers, outcomes.get("key"),
                                     outcomes.get("value"))

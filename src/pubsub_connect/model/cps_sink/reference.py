@@ -16,6 +16,7 @@ from pubsub_connect.model.connect import DATE, MILLIS_PER_DAY, DataError, JavaDa
 from pubsub_connect.model.converters import (
     ReadsConnect,
     dump_json,
+    escape_supplementary_as_jackson,
     java_text,
     make_converter,
     to_float32,
@@ -24,6 +25,7 @@ from pubsub_connect.model.converters import (
 )
 from pubsub_connect.model.cps_sink.settings import (
     AVRO_BODY,
+    JSON_BODY,
     KEY_ATTRIBUTE,
     MAX_ATTRIBUTE_KEY_BYTES,
     MAX_ATTRIBUTE_VALUE_BYTES,
@@ -238,6 +240,9 @@ class CpsSinkMapper:
         try:
             if s.message_body_format == AVRO_BODY:  # the datum itself: no attribute per field
                 data = b"" if value is None else self.value_converter.datum(value)  # type: ignore[attr-defined]
+            elif s.message_body_format == JSON_BODY:  # the whole value's JSON: no attribute per field
+                data = b"" if value_sv.value is None else utf8(escape_supplementary_as_jackson(
+                    dump_json(value_sv.schema, value_sv.value)))
             else:
                 data = encode_body(value_sv.schema, value_sv.value, s.message_body_name, attributes)
         except DataError as e:

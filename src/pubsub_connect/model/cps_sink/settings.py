@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 DEFAULT_MESSAGE_BODY_NAME = "cps_message_body"
 ORDERING_KEY_SOURCES = ("none", "key", "partition")
 #: ``messageBodyFormat``: Google's mapping of the value (``connect``: the ``messageBodyName``
-#: field is the data, the other fields attributes), or (``avro``, an extension) the value's own
-#: Avro datum as the data, for a Pub/Sub topic whose schema is the records' Avro schema.
+#: field is the data, the other fields attributes), or, extensions for Avro values, the value's
+#: own Avro datum as the data (``avro``: for a Pub/Sub topic whose schema is the records' Avro
+#: schema) or the whole value as JSON (``json``: as Kafka's JsonConverter writes it without schemas).
 CONNECT_BODY = "connect"
 AVRO_BODY = "avro"
-MESSAGE_BODY_FORMATS = (CONNECT_BODY, AVRO_BODY)
+JSON_BODY = "json"
+MESSAGE_BODY_FORMATS = (CONNECT_BODY, AVRO_BODY, JSON_BODY)
 
 #: Pub/Sub resource limits (https://cloud.google.com/pubsub/quotas#resource_limits).
 MAX_ATTRIBUTES = 100
@@ -92,8 +94,8 @@ class CpsSinkSettings:
         if self.message_body_format not in MESSAGE_BODY_FORMATS:
             raise ValueError(f"messageBodyFormat must be one of {', '.join(MESSAGE_BODY_FORMATS)}, got "
                              f"{self.message_body_format!r}")
-        if self.message_body_format == AVRO_BODY and self.value_converter not in REGISTRY_AVRO_CONVERTERS:
-            raise ValueError(f"messageBodyFormat={AVRO_BODY} publishes the value's Avro datum: it needs "
+        if self.message_body_format != CONNECT_BODY and self.value_converter not in REGISTRY_AVRO_CONVERTERS:
+            raise ValueError(f"messageBodyFormat={self.message_body_format} publishes the whole Avro value: it needs "
                              f"value.converter=AvroConverter, not {self.value_converter.rsplit('.', 1)[-1]}")
         if self.ordering_key_source not in ORDERING_KEY_SOURCES:
             raise ValueError(
