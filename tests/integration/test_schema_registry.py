@@ -158,3 +158,46 @@ def test_a_sources_ids_follow_each_sides_registration_keys(schema_registry_url: 
         latest("value", subject, RECORD)
     assert str(other.value) == (f"use.latest.version: the latest version of subject {subject} (id "
                                 f"{client.latest(subject).schema_id}) is not this record's schema {RECORD}")
+
+
+def test_the_lite_sources_schemas_are_registered_when_it_starts(schema_registry_url: str) -> None:
+    """The Lite source's Avro keys (``["null","bytes"]``) and values (``"bytes"``) have one schema
+    each: registered under the topic's subjects when the stage starts, their frames shipped to the
+    tasks; what it writes reads back with Confluent's own deserializer. A subject strategy that
+    takes records only stops the connector in one line."""
+    from confluent_kafka.schema_registry import SchemaRegistryClient as ConfluentClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.model.lite.source import LiteReceived, source_record
+    from pubsub_connect.pipelines.context import ConnectorError
+    from pubsub_connect.pipelines.lite_source import source_converters
+
+    topic = f"lite-{uuid.uuid4().hex}"
+    avro = "io.confluent.connect.avro.AvroConverter"
+
+    def config(**extra: str) -> cfg.ConnectorConfig:
+        return cfg.validate_connector({
+            "name": "lite-avro", "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
+            "pubsublite.project": "p", "pubsublite.location": "europe-west1-b", "pubsublite.subscription": "s",
+            "kafka.topic": topic, "key.converter": avro, "value.converter": avro,
+            "key.converter.schema.registry.url": schema_registry_url,
+            "value.converter.schema.registry.url": schema_registry_url, **extra}, "lite-avro.properties")
+
+    converters = source_converters(config())
+    record = source_record(LiteReceived(partition=0, offset=1, publish_time_ns=0, key=b"k1", data=b"\x00payload"),
+                           topic, converters)
+    client = SchemaRegistryClient(RegistrySettings((schema_registry_url,)))
+    assert client.latest(f"{topic}-key").text == '["null","bytes"]'
+    assert client.latest(f"{topic}-value").text == '"bytes"'
+    assert record.value[5:] == b"\x00payload"  # a top-level bytes value: written as it is, as Confluent does
+    key = AvroDeserializer(ConfluentClient({"url": schema_registry_url}))(
+        record.key, SerializationContext(topic, MessageField.KEY))
+    assert key == b"k1"
+    with pytest.raises(ConnectorError) as refused:
+        source_converters(config(**{"key.converter.key.subject.name.strategy":
+                                    "io.confluent.kafka.serializers.subject.RecordNameStrategy"}))
+    assert str(refused.value) == ("lite-avro: key.converter: In configuration key.subject.name.strategy = "
+                                  "io.confluent.kafka.serializers.subject.RecordNameStrategy, the message key must "
+                                  "only be a record schema")

@@ -170,6 +170,9 @@ def test_errors_tolerance_none_fails_the_flow_naming_the_record(spark) -> None:
      "cps.topic": "t"},
     {"name": "avro-source", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "t", "cps.project": "p",
      "cps.subscription": "s"},
+    {"name": "avro-lite-source", "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
+     "pubsublite.project": "p", "pubsublite.location": "europe-west1-b", "pubsublite.subscription": "s",
+     "kafka.topic": "t"},
 ])
 def test_schema_registry_converters_are_refused_before_anything_is_declared(raw: dict[str, str]) -> None:
     """Their schemas are resolved per micro-batch, which a streaming table's query cannot do: the

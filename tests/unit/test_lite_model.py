@@ -27,7 +27,7 @@ from pubsub_connect.model.connect import (
     Struct,
     Type,
 )
-from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, make_converter
+from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, REGISTRY_AVRO_CONVERTERS, make_converter
 from pubsub_connect.model.lite.arrow import (
     KAFKA_OUTBOX_SCHEMA,
     LITE_BRONZE_SCHEMA,
@@ -539,7 +539,9 @@ def _lite_messages() -> list[LiteReceived]:
     LiteSourceConverters(key_converter=JSON_CONVERTER, value_converter=JSON_CONVERTER, value_schemas_enable=False),
     LiteSourceConverters(key_converter=STRING_CONVERTER, value_converter=STRING_CONVERTER,
                               header_converter=BYTE_ARRAY_CONVERTER),
-], ids=["default", "raw-headers", "json", "string"])
+    LiteSourceConverters(key_converter=REGISTRY_AVRO_CONVERTERS[0], value_converter=REGISTRY_AVRO_CONVERTERS[1],
+                         key_frame=b"\x00\x00\x00\x00\x07", value_frame=b"\x00\x00\x00\x01\x00"),
+], ids=["default", "raw-headers", "json", "string", "avro"])
 @pytest.mark.parametrize("sliced", [False, True])
 def test_kafka_outbox_batch_matches_reference(sliced: bool, converters: LiteSourceConverters) -> None:
     """The batch convert equals the per-record reference, partition (hash of the *serialized*
@@ -672,3 +674,16 @@ def test_lite_source_pipeline_reads_the_converters_and_refuses_unusable_ones() -
     with pytest.raises(ConnectorError, match=r"lite-src: value\.converter=\S*IntegerConverter cannot serialize"):
         source_converters(_lite_source_config(**{
             "value.converter": "org.apache.kafka.connect.converters.IntegerConverter"}))
+
+
+def test_avro_keys_and_values_are_framed_as_confluents_serializer_writes_them() -> None:
+    """Schema Registry Avro: a key is the union ``["null","bytes"]``'s bytes branch (an empty key,
+    null, stays null), a value the data as it is after the frame (a top-level ``bytes``)."""
+    converters = LiteSourceConverters(key_converter=REGISTRY_AVRO_CONVERTERS[0],
+                                      value_converter=REGISTRY_AVRO_CONVERTERS[0],
+                                      key_frame=b"\x00\x00\x00\x00\x07", value_frame=b"\x00\x00\x00\x00\x08")
+    keyed = source_record(_received(key=b"abc", data=b"\x00\xffdata"), "t", converters)
+    assert (keyed.key, keyed.value) == (b"\x00\x00\x00\x00\x07\x02\x06abc", b"\x00\x00\x00\x00\x08\x00\xffdata")
+    assert source_record(_received(key=b"", data=b"d"), "t", converters).key is None
+    with pytest.raises(ValueError, match="schema id was not resolved"):
+        LiteSourceConverters(value_converter=REGISTRY_AVRO_CONVERTERS[0]).value(b"d")

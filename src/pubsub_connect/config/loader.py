@@ -257,7 +257,7 @@ def _cross_checks(config: ConnectorConfig) -> None:
 
 
 #: The connectors whose data model reads and writes the Schema Registry converters' data.
-REGISTRY_CONNECTORS = (CPS_SINK, CPS_SOURCE)
+REGISTRY_CONNECTORS = (CPS_SINK, CPS_SOURCE, LITE_SOURCE)
 
 
 def _registry_checks(config: ConnectorConfig) -> None:
@@ -280,7 +280,7 @@ def _registry_checks(config: ConnectorConfig) -> None:
         if config.kind not in REGISTRY_CONNECTORS:
             raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
                               f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
-                              "Pub/Sub sink and source)")
+                              "Pub/Sub sink and source, and the Lite source)")
         if not any(_registry_urls(config, side)):
             raise ConfigError(f"{config.source}: {side}.converter={short} needs "
                               f"{side}.converter.schema.registry.url (the Schema Registry's URL)")

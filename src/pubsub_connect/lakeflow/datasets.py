@@ -44,6 +44,7 @@ from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef, table_basename
+from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 from pubsub_connect.model.schemas import (
     KAFKA_DLQ,
     KAFKA_OUTBOX,
@@ -262,6 +263,8 @@ def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSt
         source_converters,
     )
 
+    if any(config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS for side in ("key", "value")):
+        raise _registry_refused(config)
     converters = source_converters(config)
     # explicit partitions need the topic's partition count: asked once, when the pipeline starts
     partitions = kafka_partition_count(graph.worker, str(config.get("kafka.topic")))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -45,11 +45,16 @@ from pubsub_connect.io.pubsublite.data_source import read_lite
 from pubsub_connect.io.pubsublite.offsets import OffsetClient
 from pubsub_connect.io.pubsublite.read_options import LiteReadOptions
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.model.avro.wire import frame
+from pubsub_connect.model.avro.writer import SchemaRegistrationError, avro_schema_text, subject_name
+from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.frames import map_in_arrow
 from pubsub_connect.model.lite.arrow import kafka_outbox_batch
 from pubsub_connect.model.lite.source import (
     DEFAULT_SOURCE_CONVERTERS,
+    SOURCE_KEY_SCHEMA,
+    SOURCE_VALUE_SCHEMA,
     LiteSourceConverters,
     UnsupportedLiteSourceConverter,
 )
@@ -67,6 +72,7 @@ from pubsub_connect.pipelines.modes import FUSED, convert_start, hand_back_to_st
 from pubsub_connect.pipelines.outbox_count import OutboxRowCount
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
 from pubsub_connect.pipelines.pubsub_settings import lite_connection
+from pubsub_connect.pipelines.writer_schemas import written_schema_ids
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
@@ -239,7 +245,29 @@ def source_converters(config: ConnectorConfig) -> LiteSourceConverters:
         converters.check()
     except UnsupportedLiteSourceConverter as exc:
         raise ConnectorError(f"{config.name}: {exc}") from None
-    return converters
+    return _with_registry_frames(config, converters)
+
+
+def _with_registry_frames(config: ConnectorConfig, converters: LiteSourceConverters) -> LiteSourceConverters:
+    """A Schema Registry converter's schemas (``["null","bytes"]`` keys, ``"bytes"`` values) resolved
+    once, when the stage starts (so the executors need no registry): their frames. A subject the
+    registry refuses stops the connector in one line; an unreachable registry restarts the stage."""
+    schema_ids = written_schema_ids(config)
+    if schema_ids is None:
+        return converters
+    topic = str(config.get("kafka.topic"))
+    frames: dict[str, bytes] = {}
+    for side, schema in (("key", SOURCE_KEY_SCHEMA), ("value", SOURCE_VALUE_SCHEMA)):
+        if config.get(f"{side}.converter") not in REGISTRY_AVRO_CONVERTERS:
+            continue
+        text = avro_schema_text(schema)
+        try:
+            subject = subject_name(str(config.get(f"{side}.converter.{side}.subject.name.strategy")), topic,
+                                   side == "key", text)
+            frames[side] = frame(schema_ids(side, subject, text), b"")
+        except SchemaRegistrationError as exc:
+            raise ConnectorError(f"{config.name}: {side}.converter: {exc}") from None
+    return replace(converters, key_frame=frames.get("key"), value_frame=frames.get("value"))
 
 
 def convert(ctx: PipelineContext, config: ConnectorConfig) -> StreamingQuery:

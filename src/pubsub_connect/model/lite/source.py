@@ -10,9 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pubsub_connect.model.avro.writer import encode_datum, top_level_datum
 from pubsub_connect.model.connect import Schema, Type
 from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
+    REGISTRY_AVRO_CONVERTERS,
     SIMPLE_HEADER_CONVERTER,
     JsonConverter,
     StringConverter,
@@ -108,10 +110,16 @@ class LiteSourceConverters:
     value_converter: str = BYTE_ARRAY_CONVERTER
     value_schemas_enable: bool = True
     header_converter: str = SIMPLE_HEADER_CONVERTER
+    #: A Schema Registry Avro converter's frame (magic byte and schema id) for keys / values: the
+    #: ids of ``["null","bytes"]`` and ``"bytes"`` under their subjects, resolved by the pipeline.
+    key_frame: bytes | None = None
+    value_frame: bytes | None = None
 
     def check(self) -> None:
         """Raise :class:`UnsupportedLiteSourceConverter` for a converter that cannot write bytes."""
         for what, name in (("key.converter", self.key_converter), ("value.converter", self.value_converter)):
+            if name in REGISTRY_AVRO_CONVERTERS:
+                continue
             if name not in LITE_SOURCE_CONVERTERS:
                 raise UnsupportedLiteSourceConverter(
                     f"{what}={name} cannot serialize the bytes keys and values of Pub/Sub Lite messages "
@@ -135,14 +143,24 @@ class LiteSourceConverters:
 
     def key(self, key: bytes | None) -> bytes | None:
         """The Kafka key bytes for a Lite key already mapped to None when empty."""
+        if self.key_converter in REGISTRY_AVRO_CONVERTERS:  # the union's bytes branch; null stays null
+            return None if key is None else _framed(self.key_frame, encode_datum(SOURCE_KEY_SCHEMA, key))
         return shared_converter(self.key_converter, self.key_schemas_enable).from_connect(SOURCE_KEY_SCHEMA, key)
 
     def value(self, data: bytes) -> bytes | None:
+        if self.value_converter in REGISTRY_AVRO_CONVERTERS:  # top-level bytes: as they are, as Confluent writes
+            return _framed(self.value_frame, top_level_datum(SOURCE_VALUE_SCHEMA, data))
         return shared_converter(self.value_converter, self.value_schemas_enable).from_connect(SOURCE_VALUE_SCHEMA, data)
 
     def header(self, value: bytes) -> bytes:
         """``SimpleHeaderConverter`` prints a BYTES header as Base64 text (``Values.convertToString``)."""
         return value if self.raw_headers else base64.b64encode(value)
+
+
+def _framed(frame: bytes | None, datum: bytes) -> bytes:
+    if frame is None:
+        raise ValueError("a Schema Registry converter's schema id was not resolved before its first record")
+    return frame + datum
 
 
 #: What an unconfigured worker uses: ByteArrayConverter for keys and values, SimpleHeaderConverter.
