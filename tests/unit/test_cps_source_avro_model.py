@@ -86,6 +86,16 @@ SETTINGS = {
 }
 
 
+#: The sides and subjects each setting's records are registered under (a record strategy's
+#: key and bytes values are refused before any registry is asked).
+SUBJECTS = {
+    "value_struct_key_attribute": {("key", f"{TOPIC}-key"), ("value", f"{TOPIC}-value")},
+    "ordering_key_made_attribute": {("key", f"{TOPIC}-key"), ("value", f"{TOPIC}-value")},
+    "headers_bytes_values_string_keys": {("value", f"{TOPIC}-value")},
+    "record_name_strategy": {("value", "io.confluent.connect.avro.ConnectDefault")},
+}
+
+
 @pytest.fixture(scope="module")
 def messages() -> list[dict[str, Any]]:
     return load_corpus() + BAD_NAMES
@@ -99,13 +109,15 @@ def reference(rows: list[dict[str, Any]], settings: CpsSourceSettings, registry:
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_batch_equals_reference(spark: Any, messages: list[dict[str, Any]], name: str) -> None:
     settings = SETTINGS[name]
-    registry = RecordingRegistry(refused={f"{TOPIC}-value"} if name == "ordering_key_made_attribute" else set())
-    want = reference(messages, settings, RecordingRegistry(refused=set(registry.refused)))
+    refused = {f"{TOPIC}-value"} if name == "ordering_key_made_attribute" else set()
+    registry, reference_registry = RecordingRegistry(refused=set(refused)), RecordingRegistry(refused=set(refused))
+    want = reference(messages, settings, reference_registry)
     got = collect(KafkaOutboxConversion(settings, schema_ids=registry).apply(bronze_df(spark, messages)))
     assert got == want
-    # the ids are the registry's: the same schemas were asked for, under the same subjects
-    assert {c[1:] for c in registry.calls} == set(registry.ids) | {(s, t) for _, s, t in registry.calls
-                                                                    if s in registry.refused}
+    # both paths asked the registry for the same schemas, on the same sides, under the subjects
+    # the strategies name
+    assert {c for c in registry.calls} == {c for c in reference_registry.calls}
+    assert {(side, subject) for side, subject, _ in registry.calls} == SUBJECTS[name]
 
 
 def decoded(framed: bytes, registry: RecordingRegistry) -> Any:
@@ -174,7 +186,7 @@ def test_schemas_are_resolved_once_and_a_complete_set_runs_no_job(spark: Any, me
         return rows, len(tracker.getJobIdsForGroup(group))
 
     first, first_jobs = jobs_of("avro-first-batch")
-    assert [c[1] for c in registry.calls] == [f"{TOPIC}-value", f"{TOPIC}-key"]
+    assert [c[1] for c in registry.calls] == [f"{TOPIC}-key", f"{TOPIC}-value"]  # the key first, as Connect
     again, again_jobs = jobs_of("avro-second-batch")
     assert again == first and len(registry.calls) == 2
     plain = KafkaOutboxConversion(replace(settings, key_converter=BYTE_ARRAY, value_converter=BYTE_ARRAY))

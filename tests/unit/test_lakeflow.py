@@ -176,10 +176,10 @@ def test_errors_tolerance_none_fails_the_flow_naming_the_record(spark) -> None:
 ])
 def test_schema_registry_converters_are_refused_before_anything_is_declared(raw: dict[str, str]) -> None:
     """Their schemas are resolved per micro-batch, which a streaming table's query cannot do: the
-    pipeline says so in one line before it declares a dataset (no graph is touched)."""
+    pipeline says so in one line before it declares a dataset."""
     config = cfg.validate_connector(raw | {"value.converter": "io.confluent.connect.avro.AvroConverter",
                                            "value.converter.schema.registry.url": "http://r"}, "avro.properties")
     with pytest.raises(ConfigError) as failure:
-        DEFINERS[config.kind](None, config, None)  # type: ignore[arg-type]
+        check_declarable(config)
     assert str(failure.value) == ("avro.properties: the Schema Registry converters run in the connector's jobs "
                                   "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")

@@ -195,23 +195,14 @@ def _define_dlq_topic(graph: Graph, config: cfg.ConnectorConfig, dlq_schema: Str
 
 
 def define_cps_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
-    from pubsub_connect.model.cps_sink.batch import to_outbox, uses_registry
+    from pubsub_connect.model.cps_sink.batch import to_outbox
     from pubsub_connect.pipelines.cps_sink import sink_settings, split_pubsub_outbox
 
     settings = sink_settings(config)
-    if uses_registry(settings):
-        # Their column mapping is built from the writer schemas each micro-batch holds, which a
-        # pipeline's streaming view cannot look at before it runs.
-        raise _registry_refused(config)
     bronze = _define_kafka_bronze(graph, config)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
     graph.view(view, lambda: to_outbox(graph.stream(bronze), settings), _expectation(config))
     _define_sink_tables(graph, config, view, split_pubsub_outbox, PUBSUB_OUTBOX)
-
-
-def _registry_refused(config: cfg.ConnectorConfig) -> ConfigError:
-    return ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
-                       "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
 
 
 def define_lite_sink(graph: Graph, config: cfg.ConnectorConfig, store: TableStore) -> None:
@@ -228,8 +219,6 @@ def define_cps_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSto
     from pubsub_connect.pipelines.cps_source import check_settings
 
     settings = check_settings(config)
-    if settings.avro_key or settings.avro_value:  # a record's schema is registered before it is written
-        raise _registry_refused(config)
     bronze = TableRef(BRONZE, config.name)
     view = f"converted_{dataset_name(OUTBOX, config.name)}"
 
@@ -263,8 +252,6 @@ def define_lite_source(graph: Graph, config: cfg.ConnectorConfig, store: TableSt
         source_converters,
     )
 
-    if any(config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS for side in ("key", "value")):
-        raise _registry_refused(config)
     converters = source_converters(config)
     # explicit partitions need the topic's partition count: asked once, when the pipeline starts
     partitions = kafka_partition_count(graph.worker, str(config.get("kafka.topic")))
@@ -289,11 +276,16 @@ DEFINERS: dict[str, Callable[[Graph, cfg.ConnectorConfig, TableStore], None]] = 
 
 
 def check_declarable(config: cfg.ConnectorConfig) -> None:
-    """One line for a connector that has no declarative variant."""
+    """One line for a connector that has no declarative variant, or a configuration that has
+    none: the Schema Registry converters resolve their schemas per micro-batch (a sink's writer
+    schemas, a source's registrations), which a streaming table's query cannot do before it runs."""
     if config.kind not in DEFINERS:
         kinds = ", ".join(sorted(DEFINERS))
         raise ConfigError(f"{config.source}: a {config.kind} connector has no declarative pipeline "
                               f"(connectors that have one: {kinds}); run it with `pubsub-connect run` or its job")
+    if any(config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS for side in ("key", "value")):
+        raise ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
+                          "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
 
 
 def define(spark: SparkSession, dp: Any, run_config: cfg.RunConfig, store: TableStore) -> None:

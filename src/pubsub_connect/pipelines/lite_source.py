@@ -45,8 +45,7 @@ from pubsub_connect.io.pubsublite.data_source import read_lite
 from pubsub_connect.io.pubsublite.offsets import OffsetClient
 from pubsub_connect.io.pubsublite.read_options import LiteReadOptions
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
-from pubsub_connect.model.avro.wire import frame
-from pubsub_connect.model.avro.writer import SchemaRegistrationError, avro_schema_text, subject_name
+from pubsub_connect.model.avro.writer import SchemaRegistrationError, avro_schema_text, schema_frame
 from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.model.frames import map_in_arrow
@@ -260,11 +259,9 @@ def _with_registry_frames(config: ConnectorConfig, converters: LiteSourceConvert
     for side, schema in (("key", SOURCE_KEY_SCHEMA), ("value", SOURCE_VALUE_SCHEMA)):
         if config.get(f"{side}.converter") not in REGISTRY_AVRO_CONVERTERS:
             continue
-        text = avro_schema_text(schema)
+        strategy = str(config.get(f"{side}.converter.{side}.subject.name.strategy"))
         try:
-            subject = subject_name(str(config.get(f"{side}.converter.{side}.subject.name.strategy")), topic,
-                                   side == "key", text)
-            frames[side] = frame(schema_ids(side, subject, text), b"")
+            frames[side] = schema_frame(schema_ids, side, strategy, topic, avro_schema_text(schema))
         except SchemaRegistrationError as exc:
             raise ConnectorError(f"{config.name}: {side}.converter: {exc}") from None
     return replace(converters, key_frame=frames.get("key"), value_frame=frames.get("value"))

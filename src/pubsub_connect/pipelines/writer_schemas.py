@@ -83,31 +83,25 @@ def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
     (``use.latest.version=true``), which must be the record's schema here; else looked up.
 
     A schema the registry refuses, or does not have, fails the records written with it (a
-    :class:`SchemaRegistrationError`: dead letters with the registry's line); ids are remembered
-    for the connector's life, refusals are asked again."""
+    :class:`SchemaRegistrationError`: dead letters with the registry's line). Each call asks the
+    registry: the conversion that calls this remembers what it resolved, and asks again only
+    about refused schemas."""
     sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
     if not sides:
         return None
     client = SchemaRegistryClient(registry_settings(config, sides[0]))
-    known: dict[tuple[str, str, str], int] = {}
 
     def schema_id(side: str, subject: str, text: str) -> int:
-        remembered = known.get((side, subject, text))
-        if remembered is not None:
-            return remembered
         try:
             if config.get(f"{side}.converter.auto.register.schemas"):
-                found = client.register(subject, text)
-            elif config.get(f"{side}.converter.use.latest.version"):
-                found = _latest_if_same(client, subject, text)
-            else:
-                found = client.lookup(subject, text)
+                return client.register(subject, text)
+            if config.get(f"{side}.converter.use.latest.version"):
+                return _latest_if_same(client, subject, text)
+            return client.lookup(subject, text)
         except SchemaRegistryError as exc:
             if exc.status in _REFUSES_CONNECTOR:
                 raise
             raise SchemaRegistrationError(str(exc)) from None
-        known[(side, subject, text)] = found
-        return found
 
     return schema_id
 
@@ -153,7 +147,8 @@ def body_schema_check(config: ConnectorConfig) -> BodySchemaCheck | None:
 
 def message_schema_definitions(config: ConnectorConfig) -> MessageSchemas | None:
     """With the source's ``messageBodyFormat=avro``, the schema revisions its messages name, read
-    from Pub/Sub's schema service once each (None: the extension is off). A revision that no
+    from Pub/Sub's schema service (None: the extension is off; the conversion asks once per
+    revision and remembers the frame it made). A revision that no
     longer exists fails the messages that name it (dead letters); a service that cannot be reached
     raises its client's error (a restart)."""
     if config.get("messageBodyFormat") != AVRO_BODY:
@@ -161,14 +156,11 @@ def message_schema_definitions(config: ConnectorConfig) -> MessageSchemas | None
     from google.api_core import exceptions as gexc
 
     connection = cps_subscriber_config(config).connection
-    known: dict[tuple[str, str], tuple[str, str]] = {}
 
     def definition(name: str, revision: str) -> tuple[str, str]:
-        if (name, revision) not in known:
-            try:
-                known[(name, revision)] = schema_revision(connection, name, revision)
-            except gexc.NotFound:
-                raise MessageSchemaError(f"schema {name}@{revision} is not in Pub/Sub's schema service") from None
-        return known[(name, revision)]
+        try:
+            return schema_revision(connection, name, revision)
+        except gexc.NotFound:
+            raise MessageSchemaError(f"schema {name}@{revision} is not in Pub/Sub's schema service") from None
 
     return definition

@@ -176,9 +176,13 @@ def written(schema_ids: SchemaIds, side: str, strategy: str, topic: str, schema:
     its schema under its subject."""
     if value is None:
         return None
-    text = avro_schema_text(schema)
-    schema_id = schema_ids(side, subject_name(strategy, topic, side == "key", text), text)
-    return frame(schema_id, top_level_datum(schema, value))
+    return schema_frame(schema_ids, side, strategy, topic, avro_schema_text(schema)) + top_level_datum(schema, value)
+
+
+def schema_frame(schema_ids: SchemaIds, side: str, strategy: str, topic: str, text: str) -> bytes:
+    """The 5 bytes that frame a ``side`` (``key``/``value``) written with the schema ``text``: its
+    id under the subject ``strategy`` names for ``topic``."""
+    return frame(schema_ids(side, subject_name(strategy, topic, side == "key", text), text), b"")
 
 
 def top_level_datum(schema: Schema, value: Any) -> bytes:

@@ -10,8 +10,7 @@ from array import array
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.avro.wire import frame
-from pubsub_connect.model.avro.writer import SchemaIds, subject_name, written
+from pubsub_connect.model.avro.writer import SchemaIds, schema_frame, written
 from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Schema, Struct
 from pubsub_connect.model.converters import (
     BOOLEAN_CONVERTER,
@@ -412,8 +411,7 @@ def _avro(schema_ids: SchemaIds | None, side: str, settings: CpsSourceSettings, 
     """A key or value as the Schema Registry Avro converter writes it."""
     if schema_ids is None:
         raise ValueError(f"{side}.converter is a Schema Registry converter: its schema ids are needed")
-    strategy = settings.key_subject_strategy if side == "key" else settings.value_subject_strategy
-    return written(schema_ids, side, strategy, settings.kafka_topic, schema, value)
+    return written(schema_ids, side, settings.subject_strategy(side), settings.kafka_topic, schema, value)
 
 
 def _message_datum(msg: PubsubReceived, settings: CpsSourceSettings, schema_ids: SchemaIds | None,
@@ -429,8 +427,7 @@ def _message_datum(msg: PubsubReceived, settings: CpsSourceSettings, schema_ids:
         raise ValueError("messageBodyFormat=avro needs the registry's ids and the messages' schemas")
     assert name is not None and revision is not None
     text = written_definition(name, revision, *message_schemas(name, revision))
-    subject = subject_name(settings.value_subject_strategy, settings.kafka_topic, False, text)
-    return frame(schema_ids("value", subject, text), msg.data)
+    return schema_frame(schema_ids, "value", settings.value_subject_strategy, settings.kafka_topic, text) + msg.data
 
 
 def _as_kafka_json(json_bytes: bytes) -> bytes:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from pubsub_connect.model.avro.wire import frame
-from pubsub_connect.model.avro.writer import SchemaIds, avro_schema_text, subject_name
+from pubsub_connect.model.avro.writer import SchemaIds, avro_schema_text, schema_frame
 from pubsub_connect.model.avro.written_columns import bytes_datum, optional_string_datum, string_data, string_datum
 from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError
 from pubsub_connect.model.cps_source.settings import (
@@ -110,13 +109,16 @@ class RegistryColumns:
         if self._needs_job():
             seen = staged.where(written).select(F.col("_sig"), F.col("_key").isNotNull().alias("_keyed")).distinct()
             rows = seen.collect()  # a handful of rows: distinct field-name lists
+            # The key first, as Connect converts it: a record whose key is refused has no value
+            # written, so nothing is registered for it.
+            if s.avro_key and any(row["_keyed"] for row in rows):
+                key_error = self._resolve_key()
             if s.avro_value:
-                for sig in sorted({row["_sig"] or _BYTES for row in rows}):
+                written_values = {row["_sig"] or _BYTES for row in rows if not (row["_keyed"] and key_error)}
+                for sig in sorted(written_values):
                     problem = self._resolve_value(sig)
                     if problem is not None:
                         errors[sig] = problem
-            if s.avro_key and any(row["_keyed"] for row in rows):
-                key_error = self._resolve_key()
         key_header = F.lit(self._key).cast("binary") if self._key is not None else F.lit(None).cast("binary")
         lookup = F.coalesce(F.col("_sig"), F.lit(_BYTES))
         value_header = _literal_map(self._values, "binary", lookup)
@@ -171,9 +173,7 @@ class RegistryColumns:
 
     def _header(self, side: str, text: str) -> bytes:
         s = self._settings
-        strategy = s.key_subject_strategy if side == "key" else s.value_subject_strategy
-        schema_id = self._schema_ids(side, subject_name(strategy, s.kafka_topic, side == "key", text), text)
-        return frame(schema_id, b"")
+        return schema_frame(self._schema_ids, side, s.subject_strategy(side), s.kafka_topic, text)
 
 
 def _literal_map(entries: dict[str, bytes] | dict[str, str], value_type: str, key: Column) -> Column:

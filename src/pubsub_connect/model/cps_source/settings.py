@@ -260,6 +260,10 @@ class CpsSourceSettings:
         if self.partition_count < 1:
             raise ValueError(f"kafka.partition.count={self.partition_count} must be at least 1")
 
+    def subject_strategy(self, side: str) -> str:
+        """``<side>.converter.<side>.subject.name.strategy`` (``side``: ``key`` or ``value``)."""
+        return self.key_subject_strategy if side == "key" else self.value_subject_strategy
+
     @property
     def avro_key(self) -> bool:
         """Keys are written by a Schema Registry Avro converter."""
