@@ -223,6 +223,16 @@ def timed_stages(ctx: Any, connector: Any, stages: Any) -> tuple[float, dict[str
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
+def local_session(cores: int, app_name: str) -> tuple[Any, int]:
+    """A ``local[cores]`` Spark session with as many default and shuffle partitions, and its JVM's
+    pid (whose process tree's CPU the per-core figures read)."""
+    from pubsub_connect.io.spark import build_session
+
+    spark = build_session({"spark.master": f"local[{cores}]", "spark.default.parallelism": str(cores),
+                           "spark.sql.shuffle.partitions": str(cores)}, app_name=app_name)
+    return spark, int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
 def tree_cpu_seconds(root_pid: int) -> dict[int, float]:
     """CPU seconds (user + system) of ``root_pid`` and each of its descendants, from ``/proc``."""
     processes = _process_table()

@@ -53,7 +53,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from _common import cpu_delta, table, tree_cpu_seconds, write_results
+from _common import cpu_delta, local_session, table, tree_cpu_seconds, write_results
 
 from pubsub_connect.model.avro.reference import RegistryAvroConverter
 from pubsub_connect.model.converters import (
@@ -269,11 +269,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated converters (bytes, string, json (schema), …)")
     args = parser.parse_args()
 
-    from pubsub_connect.io.spark import build_session
-
-    spark = build_session({"spark.master": f"local[{args.cores}]", "spark.default.parallelism": str(args.cores),
-                           "spark.sql.shuffle.partitions": str(args.cores)}, app_name="bench-convert")
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    spark, jvm_pid = local_session(args.cores, "bench-convert")
     results: dict[str, dict[str, float]] = {}
     try:
         only = {name.strip() for name in args.only.split(",") if name.strip()}

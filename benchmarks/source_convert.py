@@ -30,7 +30,7 @@ import time
 import zlib
 from typing import Any
 
-from _common import cpu_delta, table, tree_cpu_seconds, write_results
+from _common import cpu_delta, local_session, table, tree_cpu_seconds, write_results
 
 from pubsub_connect.model.converters import BYTE_ARRAY_CONVERTER, JSON_CONVERTER, REGISTRY_AVRO_CONVERTERS
 from pubsub_connect.model.cps_source.batch import KafkaOutboxConversion
@@ -100,11 +100,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     args = parser.parse_args()
 
-    from pubsub_connect.io.spark import build_session
-
-    spark = build_session({"spark.master": f"local[{args.cores}]", "spark.default.parallelism": str(args.cores),
-                           "spark.sql.shuffle.partitions": str(args.cores)}, app_name="bench-source-convert")
-    jvm_pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    spark, jvm_pid = local_session(args.cores, "bench-source-convert")
     results: dict[str, dict[str, float]] = {}
     try:
         df = bronze(spark, args.records, args.cores).persist()
