@@ -34,6 +34,12 @@ it for every micro-batch); the reference decodes each record in Python
 (:class:`~pubsub_connect.model.avro.reference.RegistryAvroConverter`) and maps it. Its per-core
 rate is also put beside the ``bytes`` path's of the same run.
 
+**json schema**: Confluent's JsonSchemaConverter, the same record as JSON text (the decimal as a
+number, the timestamp as milliseconds) under schema id 2 (a JSON Schema as Kafka Connect writes
+one); the batch side reads it through Spark's Variant
+(:mod:`pubsub_connect.model.jsonschema.batch`), the reference with
+:class:`~pubsub_connect.model.jsonschema.reference.RegistryJsonSchemaConverter`.
+
 The Lite sink's convert stage is measured the same way for ByteArray and String converters
 (``lite bytes``, ``lite string``): its column expressions
 (:func:`pubsub_connect.model.lite.columns.converted_columns`) against the per-record Python
@@ -60,11 +66,14 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
+    REGISTRY_JSON_SCHEMA_CONVERTERS,
     STRING_CONVERTER,
 )
 from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
+from pubsub_connect.model.jsonschema.reference import RegistryJsonSchemaConverter
 
 RECORD_BYTES = 1024
 #: The benchmark's Avro writer schema (id 1 of its registry): ~1 KB records.
@@ -75,11 +84,22 @@ AVRO_SCHEMA = json.dumps({"type": "record", "name": "Reading", "namespace": "ben
     {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}}]})
 
 
-def avro_schema(schema_id: int) -> str:
-    """The benchmark's registry: one schema."""
-    if schema_id != 1:
+#: The same record as a JSON Schema, as Kafka Connect writes one (id 2).
+JSON_SCHEMA = json.dumps({"type": "object", "title": "bench.Reading", "properties": {
+    "id": {"type": "integer", "connect.index": 0}, "body": {"type": "string", "connect.index": 1},
+    "source": {"type": "string", "connect.index": 2},
+    "price": {"type": "number", "title": "org.apache.kafka.connect.data.Decimal", "connect.type": "bytes",
+              "connect.parameters": {"scale": "2"}, "connect.index": 3},
+    "at": {"type": "integer", "title": "org.apache.kafka.connect.data.Timestamp", "connect.type": "int64",
+           "connect.index": 4},
+    "kind": {"type": "string", "enum": ["A", "B"], "connect.index": 5}}})
+
+
+def registry_schema(schema_id: int) -> str:
+    """The benchmark's registry: the Avro schema (1) and the JSON Schema (2)."""
+    if schema_id not in (1, 2):
         raise KeyError(schema_id)
-    return AVRO_SCHEMA
+    return AVRO_SCHEMA if schema_id == 1 else JSON_SCHEMA
 
 
 @dataclass(frozen=True)
@@ -113,6 +133,9 @@ def scenarios() -> list[Scenario]:
                  '{"body":"', '","source":"bench","n":7}'),
         Scenario("avro", CpsSinkSettings(key_converter=STRING_CONVERTER, value_converter=REGISTRY_AVRO_CONVERTERS[0],
                                          message_body_name="body"), "", ""),
+        Scenario("json schema", CpsSinkSettings(key_converter=STRING_CONVERTER,
+                                                value_converter=REGISTRY_JSON_SCHEMA_CONVERTERS[0],
+                                                message_body_name="body"), "", ""),
     ]
 
 
@@ -125,7 +148,7 @@ def bronze(spark: Any, scenario: Scenario, n: int, partitions: int) -> Any:
     filler = "x" * (RECORD_BYTES - len(scenario.prefix) - len(scenario.suffix) - 13)
     value = F.concat(F.lit(scenario.prefix), F.lpad(F.col("id").cast("string"), 12, "0"), F.lit("|" + filler),
                      F.lit(scenario.suffix))
-    if scenario.settings.value_converter in REGISTRY_AVRO_CONVERTERS:
+    if scenario.settings.value_converter in REGISTRY_CONVERTERS:
         from pyspark.sql.avro.functions import to_avro
 
         record = F.struct(F.col("id"), F.concat(F.lpad(F.col("id").cast("string"), 12, "0"),
@@ -134,7 +157,11 @@ def bronze(spark: Any, scenario: Scenario, n: int, partitions: int) -> Any:
                           (F.col("id") % 100000 / 100).cast("decimal(10,2)").alias("price"),
                           F.timestamp_millis(F.lit(1_700_000_000_000) + F.col("id")).alias("at"),
                           F.when(F.col("id") % 2 == 0, "A").otherwise("B").alias("kind"))
-        value = F.concat(F.lit(b"\x00\x00\x00\x00\x01"), to_avro(record, AVRO_SCHEMA))
+        if scenario.settings.value_converter in REGISTRY_AVRO_CONVERTERS:
+            value = F.concat(F.lit(b"\x00\x00\x00\x00\x01"), to_avro(record, AVRO_SCHEMA))
+        else:
+            as_json = record.withField("at", F.unix_millis(record.getField("at")))
+            value = F.concat(F.lit(b"\x00\x00\x00\x00\x02"), F.to_json(as_json).cast("binary"))
     return spark.range(0, n, 1, partitions).select(
         F.concat(F.lit("key-"), (F.col("id") % 100).cast("string")).cast("binary").alias("key"),
         value.cast("binary").alias("value"),
@@ -181,13 +208,16 @@ def time_mapped(converter: CpsSinkConversion, df: Any, jvm_pid: int) -> tuple[fl
 
 
 def reference_mapper(settings: CpsSinkSettings) -> CpsSinkMapper:
-    avro = settings.value_converter in REGISTRY_AVRO_CONVERTERS
-    return CpsSinkMapper(settings, value_converter=RegistryAvroConverter(avro_schema) if avro else None)
+    if settings.value_converter in REGISTRY_AVRO_CONVERTERS:
+        return CpsSinkMapper(settings, value_converter=RegistryAvroConverter(registry_schema))
+    if settings.value_converter in REGISTRY_JSON_SCHEMA_CONVERTERS:
+        return CpsSinkMapper(settings, value_converter=RegistryJsonSchemaConverter(registry_schema))
+    return CpsSinkMapper(settings)
 
 
 def conversion(settings: CpsSinkSettings) -> CpsSinkConversion:
-    avro = settings.value_converter in REGISTRY_AVRO_CONVERTERS
-    return CpsSinkConversion(settings, schemas=avro_schema if avro else None)
+    registry = settings.value_converter in REGISTRY_CONVERTERS
+    return CpsSinkConversion(settings, schemas=registry_schema if registry else None)
 
 
 def python_records(df: Any, limit: int) -> list[KafkaRecord]:
@@ -333,10 +363,11 @@ def main() -> None:
                            f"{r['scan_floor_records_per_cpu_s']:>9,.0f}; wall {r['batch_records_per_s']:>8,.0f}/s)  "
                            f"reference {r['reference_records_per_cpu_s']:>7,.0f}/core  "
                            f"ratio per core {r['ratio_per_core']:5.2f}"))
-    if "avro" in results and "bytes" in results:
-        versus = results["avro"]["batch_records_per_cpu_s"] / results["bytes"]["batch_records_per_cpu_s"]
-        results["avro"]["ratio_per_core_to_bytes"] = versus
-        rows.append(("avro / bytes", f"per core {versus:5.2f}"))
+    for registry in ("avro", "json schema"):
+        if registry in results and "bytes" in results:
+            versus = results[registry]["batch_records_per_cpu_s"] / results["bytes"]["batch_records_per_cpu_s"]
+            results[registry]["ratio_per_core_to_bytes"] = versus
+            rows.append((f"{registry} / bytes", f"per core {versus:5.2f}"))
     print(table(rows))
     path = write_results("convert", {"records": args.records, "reference_records": args.reference_records,
                                      "record_bytes": RECORD_BYTES, "cores": args.cores, "rounds": args.rounds,

@@ -61,6 +61,8 @@ MEASURED_SECONDS = {
     # Measured alone (registry and emulator started for it): 54 s, plus ~75 s for the Avro-schema
     # topic (both modes).
     "e2e/test_cps_source_avro.py": 130,
+    "e2e/test_cps_sink_json_schema.py": 45,
+    "unit/test_jsonschema_model.py": 40,
     "reliability/test_produce_rejects.py": 71,
     "integration/test_services.py": 65,
     "e2e/test_quickstart.py": 64,

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from pubsub_connect.model.avro.reference import RegistryAvroConverter
-from pubsub_connect.model.avro.wire import UnknownSchemaIdError, frame
+from pubsub_connect.model.avro.wire import frame
 from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper
 from pubsub_connect.model.cps_sink.settings import CpsSinkSettings, KafkaRecord
 from unit.test_avro_reference import READING, READING_VALUE, encode
-from unit.test_cps_sink_batch import batch_rows, bronze
+from unit.test_cps_sink_batch import batch_rows, bronze, keyed_records, registry_lookup
 from unit.test_cps_sink_batch import reference_rows as sink_reference_rows
 
 AVRO = "io.confluent.connect.avro.AvroConverter"
@@ -88,16 +88,10 @@ def values() -> list[bytes | None]:
 
 
 def records(keys: list[bytes | None] | None = None) -> list[KafkaRecord]:
-    framed = values()
-    keys = keys or [f"k{i}".encode() if i % 4 else None for i in range(len(framed))]
-    return [KafkaRecord(keys[i % len(keys)], v, "avro-topic", i % 3, i, 1_700_000_000_000 + i, ())
-            for i, v in enumerate(framed)]
+    return keyed_records(values(), "avro-topic", keys)
 
 
-def lookup(schema_id: int) -> str:
-    if schema_id not in SCHEMAS:
-        raise UnknownSchemaIdError(f"no schema with id {schema_id} in the Schema Registry")
-    return json.dumps(SCHEMAS[schema_id])
+lookup = registry_lookup(SCHEMAS)
 
 
 def reference_rows(rows: list[KafkaRecord], settings: CpsSinkSettings) -> dict[int, tuple]:
@@ -191,8 +185,10 @@ def test_avro_message_bodies_are_the_datums_themselves(spark: Any) -> None:
 def test_avro_message_bodies_need_an_avro_value() -> None:
     with pytest.raises(ValueError) as refused:
         CpsSinkSettings(value_converter=STRING, message_body_format="avro")
-    assert str(refused.value) == ("messageBodyFormat=avro publishes the whole Avro value: it needs "
-                                  "value.converter=AvroConverter, not StringConverter")
+    assert str(refused.value) == ("messageBodyFormat=avro publishes the whole value of a Schema Registry converter: "
+                                  "it needs value.converter=AvroConverter, not StringConverter")
+    with pytest.raises(ValueError, match=r"it needs value\.converter=AvroConverter, not JsonSchemaConverter"):
+        CpsSinkSettings(value_converter="io.confluent.connect.json.JsonSchemaConverter", message_body_format="avro")
 
 
 def test_a_writer_schema_the_topic_refuses_dead_letters_its_records(spark: Any) -> None:

@@ -272,14 +272,17 @@ def test_the_schema_registry_converter_keys_as_connect_users_write_them(capsys: 
     ({"value.converter.schema.registry.url": "http://r",
       "key.converter": "org.apache.kafka.connect.json.JsonConverter"},
      "key.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry converter "
-     "(allowed beside it: ByteArrayConverter, StringConverter, AvroConverter)"),
+     "(allowed beside it: ByteArrayConverter, StringConverter, AvroConverter, JsonSchemaConverter)"),
     ({"value.converter": "org.apache.kafka.connect.json.JsonConverter",
       "key.converter": "io.confluent.connect.avro.AvroConverter", "key.converter.schema.registry.url": "http://r"},
      "value.converter=org.apache.kafka.connect.json.JsonConverter cannot be combined with a Schema Registry"),
     ({"value.converter": "org.apache.kafka.connect.storage.StringConverter", "messageBodyFormat": "json"},
-     "avro.properties: messageBodyFormat=json publishes each whole Avro value: it needs "
-     "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's); to publish other values as they "
-     "are, use value.converter=ByteArrayConverter"),
+     "avro.properties: messageBodyFormat=json publishes each whole value: it needs "
+     "value.converter=io.confluent.connect.avro.AvroConverter or io.confluent.connect.json.JsonSchemaConverter; to "
+     "publish other values as they are, use value.converter=ByteArrayConverter"),
+    ({"value.converter": "io.confluent.connect.json.JsonSchemaConverter", "messageBodyFormat": "avro"},
+     "avro.properties: messageBodyFormat=avro publishes each whole Avro value: it needs "
+     "value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's)"),
     ({"value.converter.schema.registry.url": "http://r",
       "value.converter.value.subject.name.strategy": "com.example.MyStrategy"},
      "value.converter.value.subject.name.strategy=com.example.MyStrategy is not one of TopicNameStrategy, "
@@ -306,6 +309,32 @@ def test_the_source_takes_registry_converters_beside_any_it_writes_with() -> Non
     assert config.get("value.converter.use.latest.version") is False
 
 
+def test_json_schema_is_read_by_the_sink_only() -> None:
+    config = cfg.validate_connector(AVRO_SINK | {"value.converter": "io.confluent.connect.json.JsonSchemaConverter",
+                                                 "value.converter.schema.registry.url": "http://r",
+                                                 "messageBodyFormat": "json"}, "json.properties")
+    assert config.get("value.converter") == "io.confluent.connect.json.JsonSchemaConverter"
+    with pytest.raises(ConfigError) as refused:
+        cfg.validate_connector({
+            "name": "json-source", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "orders",
+            "cps.project": "p", "cps.subscription": "s",
+            "value.converter": "io.confluent.connect.json.JsonSchemaConverter",
+            "value.converter.schema.registry.url": "http://r"}, "json-source.properties")
+    assert str(refused.value) == (
+        "json-source.properties: value.converter=JsonSchemaConverter is read by the Cloud Pub/Sub sink only; a source "
+        "writes Schema Registry data as Avro (io.confluent.connect.avro.AvroConverter)")
+
+
+def test_protobuf_is_refused_with_why() -> None:
+    with pytest.raises(ConfigError) as refused:
+        cfg.validate_connector(AVRO_SINK | {"value.converter": "io.confluent.connect.protobuf.ProtobufConverter"},
+                               "proto.properties")
+    assert str(refused.value) == (
+        "proto.properties: value.converter='io.confluent.connect.protobuf.ProtobufConverter' is not supported: the "
+        "Schema Registry holds Protocol Buffers schemas as .proto text, which Spark decodes only with compiled "
+        "descriptors; use ByteArrayConverter to move the bytes as they are")
+
+
 def test_apicurios_converter_is_the_same_thing() -> None:
     from pubsub_connect.pipelines.writer_schemas import registry_settings
 
@@ -315,8 +344,11 @@ def test_apicurios_converter_is_the_same_thing() -> None:
     assert registry_settings(config, "value").urls == ("http://127.0.0.1:8080/apis/ccompat/v7",)
 
 
-@pytest.mark.parametrize(("example", "kind"), [("cps-sink-avro", "cps_sink"), ("cps-source-avro", "cps_source")])
-def test_the_avro_examples_validate(example: str, kind: str) -> None:
+@pytest.mark.parametrize(("example", "kind", "converter"), [
+    ("cps-sink-avro", "cps_sink", "io.confluent.connect.avro.AvroConverter"),
+    ("cps-source-avro", "cps_source", "io.confluent.connect.avro.AvroConverter"),
+    ("cps-sink-json-schema", "cps_sink", "io.confluent.connect.json.JsonSchemaConverter")])
+def test_the_schema_registry_examples_validate(example: str, kind: str, converter: str) -> None:
     (connector,) = cfg.load([FIXTURES / f"{example}.properties"], FIXTURES / "worker.properties").connectors
     assert (connector.kind, connector.get("value.converter"), connector.get("value.converter.schema.registry.url")) \
-        == (kind, "io.confluent.connect.avro.AvroConverter", "http://127.0.0.1:8081/apis/ccompat/v7")
+        == (kind, converter, "http://127.0.0.1:8081/apis/ccompat/v7")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -98,6 +99,27 @@ def corpus() -> list[KafkaRecord]:
     many = [(f"h{i:03d}", b"x") for i in range(120)] + [("h005", b"late"), ("h119", b"never")]
     records.append(KafkaRecord(b"dog", b"fox", "brown", 1, 5000, 50000, many))
     return records
+
+
+def keyed_records(values: list[bytes | None], topic: str, keys: list[bytes | None] | None = None) -> list[KafkaRecord]:
+    """One record per value at offsets 0, 1, …, over three partitions, keyed by ``keys`` in turn
+    (by default ``k<offset>`` with every fourth key null)."""
+    keys = keys or [f"k{i}".encode() if i % 4 else None for i in range(len(values))]
+    return [KafkaRecord(keys[i % len(keys)], v, topic, i % 3, i, 1_700_000_000_000 + i, ())
+            for i, v in enumerate(values)]
+
+
+def registry_lookup(schemas: dict[int, Any]) -> Callable[[int], str]:
+    """A Schema Registry of ``schemas`` by id, as the convert stage asks one (an unknown id is the
+    record's fault)."""
+    from pubsub_connect.model.avro.wire import UnknownSchemaIdError
+
+    def lookup(schema_id: int) -> str:
+        if schema_id not in schemas:
+            raise UnknownSchemaIdError(f"no schema with id {schema_id} in the Schema Registry")
+        return json.dumps(schemas[schema_id])
+
+    return lookup
 
 
 def bronze(spark: Any, records: list[KafkaRecord]) -> Any:

@@ -20,7 +20,7 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     KNOWN_CONVERTERS,
     KNOWN_HEADER_CONVERTERS,
-    REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
     SIMPLE_HEADER_CONVERTER,
 )
 
@@ -51,6 +51,8 @@ class Key:
     aliases: tuple[str, ...] = ()
     secret: bool = False
     case_insensitive: bool = False
+    #: Values users bring that are known and not taken, with why (an enum's one-line refusal).
+    not_taken: tuple[tuple[str, str], ...] = ()
 
     def parse(self, raw: str, source: str) -> Any:
         value = raw.strip()
@@ -73,6 +75,9 @@ class Key:
                 raise ConfigError(f"{where} does not fit a Java {self.type}")
         elif self.type == "enum":
             match = [c for c in self.choices if (c.lower() == value.lower() if self.case_insensitive else c == value)]
+            why_not = dict(self.not_taken).get(value)
+            if not match and why_not:
+                raise ConfigError(f"{where} is not supported: {why_not}")
             if not match:
                 raise ConfigError(f"{where} is not allowed (allowed: {', '.join(self.choices)})")
             parsed = match[0]
@@ -98,7 +103,13 @@ def _k(name: str, type_: str, default: Any = None, doc: str = "", **kw: Any) -> 
 
 
 #: Every ``key.converter`` / ``value.converter`` a connector file may name.
-CONVERTERS: tuple[str, ...] = (*KNOWN_CONVERTERS, *REGISTRY_AVRO_CONVERTERS)
+CONVERTERS: tuple[str, ...] = (*KNOWN_CONVERTERS, *REGISTRY_CONVERTERS)
+#: Converters Connect users have that are not taken, and why.
+CONVERTERS_NOT_TAKEN: tuple[tuple[str, str], ...] = (
+    ("io.confluent.connect.protobuf.ProtobufConverter",
+     "the Schema Registry holds Protocol Buffers schemas as .proto text, which Spark decodes only with compiled "
+     "descriptors; use ByteArrayConverter to move the bytes as they are"),
+)
 
 
 def registry_converter_keys(side: str, defaults: bool = True) -> tuple[Key, ...]:
@@ -151,8 +162,10 @@ COMMON_KEYS: tuple[Key, ...] = (
        "publish, puller threads of the Cloud Pub/Sub source, and the session's shuffle partitions (convert's "
        "joins) in run and the jobs unless spark.sql.shuffle.partitions is set (largest tasks.max of a run).",
        min=1),
-    _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=CONVERTERS),
-    _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=CONVERTERS),
+    _k("key.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record keys.", choices=CONVERTERS,
+       not_taken=CONVERTERS_NOT_TAKEN),
+    _k("value.converter", "enum", BYTE_ARRAY_CONVERTER, "Converter for record values.", choices=CONVERTERS,
+       not_taken=CONVERTERS_NOT_TAKEN),
     _k("header.converter", "enum", SIMPLE_HEADER_CONVERTER, "Converter for record headers. Pub/Sub sink: header "
        "values become attributes as their UTF-8 text under each. Lite source: SimpleHeaderConverter writes "
        "Base64 text of the attribute bytes (as Connect does), ByteArrayConverter the bytes.",
@@ -361,8 +374,10 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("rest.basic.auth.credentials.file", "string", None,
        "pubsub-connect worker: user=password lines; when set, every REST request needs HTTP basic "
        "authentication as one of these users."),
-    _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS),
-    _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS),
+    _k("key.converter", "enum", None, "Default key.converter for connectors.", choices=CONVERTERS,
+       not_taken=CONVERTERS_NOT_TAKEN),
+    _k("value.converter", "enum", None, "Default value.converter for connectors.", choices=CONVERTERS,
+       not_taken=CONVERTERS_NOT_TAKEN),
     _k("header.converter", "enum", None, "Default header.converter for connectors.", choices=KNOWN_HEADER_CONVERTERS),
     _k("key.converter.schemas.enable", "boolean", None, "Default for connectors."),
     _k("value.converter.schemas.enable", "boolean", None, "Default for connectors."),

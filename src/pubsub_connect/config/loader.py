@@ -41,7 +41,11 @@ from pubsub_connect.config.keys import (
 from pubsub_connect.config.properties import read_properties
 from pubsub_connect.config.providers import DEFAULT_PROVIDERS, ConfigProviders
 from pubsub_connect.model.avro.writer import SUBJECT_NAME_STRATEGIES
-from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
+from pubsub_connect.model.converters import (
+    REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
+    REGISTRY_JSON_SCHEMA_CONVERTERS,
+)
 from pubsub_connect.model.cps_sink.batch import COLUMN_KEY_CONVERTERS, COLUMN_VALUE_CONVERTERS
 
 log = logging.getLogger(__name__)
@@ -264,14 +268,18 @@ def _registry_checks(config: ConnectorConfig) -> None:
     """A Schema Registry converter needs a connector that handles its data, its registry's URL, a
     converter beside it that maps in columns too, and the same registry on both sides; the sink's
     Avro message bodies need one on the value side."""
-    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_CONVERTERS]
     body_format = config.get("messageBodyFormat") if config.kind in (CPS_SINK, CPS_SOURCE) else "connect"
-    if config.kind == CPS_SINK and body_format != "connect" and "value" not in sides:
-        raise ConfigError(f"{config.source}: messageBodyFormat={body_format} publishes each whole Avro value: it "
-                          "needs value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's); to publish "
-                          "other values as they are, use value.converter=ByteArrayConverter")
+    avro_value = config.get("value.converter") in REGISTRY_AVRO_CONVERTERS
+    if config.kind == CPS_SINK and body_format != "connect" and (
+            "value" not in sides or (body_format == "avro" and not avro_value)):
+        needed = "io.confluent.connect.avro.AvroConverter (or Apicurio's)" if body_format == "avro" else \
+            "io.confluent.connect.avro.AvroConverter or io.confluent.connect.json.JsonSchemaConverter"
+        raise ConfigError(f"{config.source}: messageBodyFormat={body_format} publishes each whole "
+                          f"{'Avro ' if body_format == 'avro' else ''}value: it needs value.converter={needed}; to "
+                          "publish other values as they are, use value.converter=ByteArrayConverter")
     if config.kind == CPS_SOURCE and body_format == "avro" and (
-            "value" not in sides or not config.get("kafka.record.headers")):
+            not avro_value or not config.get("kafka.record.headers")):
         raise ConfigError(f"{config.source}: messageBodyFormat=avro writes each message's Avro datum as the record's "
                           "value: it needs value.converter=io.confluent.connect.avro.AvroConverter (or Apicurio's) "
                           "and kafka.record.headers=true (the attributes as headers)")
@@ -281,6 +289,9 @@ def _registry_checks(config: ConnectorConfig) -> None:
             raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
                               f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
                               "Pub/Sub sink and source, and the Lite source)")
+        if config.get(f"{side}.converter") in REGISTRY_JSON_SCHEMA_CONVERTERS and config.kind != CPS_SINK:
+            raise ConfigError(f"{config.source}: {side}.converter={short} is read by the Cloud Pub/Sub sink only; "
+                              "a source writes Schema Registry data as Avro (io.confluent.connect.avro.AvroConverter)")
         if not any(_registry_urls(config, side)):
             raise ConfigError(f"{config.source}: {side}.converter={short} needs "
                               f"{side}.converter.schema.registry.url (the Schema Registry's URL)")

@@ -44,7 +44,7 @@ from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef, table_basename
-from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
+from pubsub_connect.model.converters import REGISTRY_CONVERTERS
 from pubsub_connect.model.schemas import (
     KAFKA_DLQ,
     KAFKA_OUTBOX,
@@ -283,7 +283,7 @@ def check_declarable(config: cfg.ConnectorConfig) -> None:
         kinds = ", ".join(sorted(DEFINERS))
         raise ConfigError(f"{config.source}: a {config.kind} connector has no declarative pipeline "
                               f"(connectors that have one: {kinds}); run it with `pubsub-connect run` or its job")
-    if any(config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS for side in ("key", "value")):
+    if any(config.get(f"{side}.converter") in REGISTRY_CONVERTERS for side in ("key", "value")):
         raise ConfigError(f"{config.source}: the Schema Registry converters run in the connector's jobs "
                           "(pubsub-connect run, the bundle's jobs), not in a declarative pipeline")
 

@@ -815,6 +815,17 @@ KNOWN_CONVERTERS: tuple[str, ...] = tuple(CONVERTER_FACTORIES)
 #: need a registry, so they are built by the pipelines (:mod:`pubsub_connect.model.avro`).
 REGISTRY_AVRO_CONVERTERS: tuple[str, ...] = ("io.confluent.connect.avro.AvroConverter",
                                              "io.apicurio.registry.utils.converter.AvroConverter")
+#: Confluent's JSON Schema converter: the sink reads it (:mod:`pubsub_connect.model.jsonschema`).
+REGISTRY_JSON_SCHEMA_CONVERTERS: tuple[str, ...] = ("io.confluent.connect.json.JsonSchemaConverter",)
+#: Every Schema Registry converter.
+REGISTRY_CONVERTERS: tuple[str, ...] = (*REGISTRY_AVRO_CONVERTERS, *REGISTRY_JSON_SCHEMA_CONVERTERS)
+
+
+def registry_schema_type(class_name: str | None) -> str | None:
+    """The registry's schema type a converter reads (``AVRO``, ``JSON``), None for the others."""
+    if class_name in REGISTRY_AVRO_CONVERTERS:
+        return "AVRO"
+    return "JSON" if class_name in REGISTRY_JSON_SCHEMA_CONVERTERS else None
 
 
 def make_converter(class_name: str, schemas_enable: bool = True) -> Converter:
@@ -850,6 +861,8 @@ __all__ = [
     "LONG_CONVERTER",
     "NUMBER_CONVERTER_TYPES",
     "REGISTRY_AVRO_CONVERTERS",
+    "REGISTRY_CONVERTERS",
+    "REGISTRY_JSON_SCHEMA_CONVERTERS",
     "SHORT_CONVERTER",
     "STRING_CONVERTER",
     "BooleanConverter",

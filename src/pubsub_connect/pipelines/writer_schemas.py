@@ -29,7 +29,7 @@ from pubsub_connect.io.schema_registry import (
 from pubsub_connect.model.avro.schema import AvroSchemaError, parsing_canonical_form
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError
 from pubsub_connect.model.avro.writer import SchemaIds, SchemaRegistrationError
-from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS
+from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS, REGISTRY_CONVERTERS, registry_schema_type
 from pubsub_connect.model.cps_sink.settings import AVRO_BODY, BodySchemaCheck
 from pubsub_connect.model.cps_source.settings import MessageSchemaError, MessageSchemas
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config, cps_subscriber_config
@@ -54,19 +54,21 @@ def writer_schema_lookup(config: ConnectorConfig) -> Callable[[int], str] | None
     """The writer schema's text by id for the connector's registry converters (None without one).
     One registry serves the key and the value (checked with the configuration): their ids are
     the registry's."""
-    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_CONVERTERS]
     if not sides:
         return None
     client = SchemaRegistryClient(registry_settings(config, sides[0]))
+    readable = {str(registry_schema_type(config.get(f"{side}.converter"))) for side in sides}
 
     def lookup(schema_id: int) -> str:
         try:
             found = client.schema(schema_id)
         except UnknownSchemaError as exc:
             raise UnknownSchemaIdError(str(exc)) from None
-        if found.schema_type != "AVRO":
-            raise UnknownSchemaIdError(f"schema {schema_id} is a {found.schema_type} schema; the AvroConverter "
-                                       "reads Avro only")
+        if found.schema_type not in readable:
+            reads = " and ".join(sorted(readable))
+            raise UnknownSchemaIdError(f"schema {schema_id} is a {found.schema_type} schema; the connector's "
+                                       f"converters read {reads} only")
         return found.text
 
     return lookup

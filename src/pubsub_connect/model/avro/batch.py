@@ -84,7 +84,8 @@ class AvroOutcome:
     limit_error: Column
     #: Columns to add in a projection before the others read them: each writer schema's decoded
     #: value, computed once per row (referenced by many expressions, ``from_avro`` inlined in each
-    #: would decode the bytes once per attribute).
+    #: would decode the bytes once per attribute). Each is added in a projection of its own, in
+    #: order: a later one may read an earlier one (JSON's Variant, then its properties).
     decoded: tuple[Column, ...] = ()
 
 
@@ -129,7 +130,7 @@ def _schema_id(framed: Column) -> Column:
 
 def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_name: str,
                    name: str = "_avro", replaced: Mapping[str, Column] | None = None,
-                   as_key: bool = False, whole: str | None = None) -> AvroOutcome:
+                   as_key: bool = False, whole: str | None = None, json_schema: bool = False) -> AvroOutcome:
     """The :class:`AvroOutcome` of the framed bytes in ``framed``: ``schemas`` holds each id of the
     batch with its writer schema's text, or why it has none (an unknown id: the registry's error);
     ``name`` prefixes the decoded columns (one per writer schema); ``replaced``: the attribute
@@ -137,7 +138,9 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
     left out, as the original overwrites it); ``as_key``: a key, which is only its text (what a
     value cannot be as a message is no error of a key); ``whole``: the body is the whole value,
     no attribute per field: ``avro``, the datum itself in Avro's binary encoding, or ``json``, its
-    JSON as Kafka's JsonConverter writes it without schemas (``messageBodyFormat``)."""
+    JSON as Kafka's JsonConverter writes it without schemas (``messageBodyFormat``);
+    ``json_schema``: the writer schemas are JSON Schemas and the datums JSON text (Confluent's
+    ``JsonSchemaConverter``, read by :mod:`pubsub_connect.model.jsonschema.batch`), not Avro."""
     from pyspark.sql import functions as F
 
     first = F.substring(framed, 1, 1)
@@ -147,8 +150,9 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
     schema_id = _schema_id(framed)
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
     mapping = _WholeValue(payload, whole) if whole else _ValueMapping(body_name, replaced or {}, as_key)
-    outcomes = {k: _schema_outcome(payload, k, v, mapping, f"{name}_{k}",
-                                   framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
+    outcome_of = _json_schema_outcome if json_schema else _schema_outcome
+    outcomes = {k: outcome_of(payload, k, v, mapping, f"{name}_{k}",
+                              framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
                 for k, v in sorted(schemas.items())}
     not_looked_up = F.concat(F.lit("no writer schema was looked up for id "), schema_id.cast("string"))
     unseen = _failure(not_looked_up, F.lit(UNKNOWN_SCHEMA))
@@ -208,6 +212,39 @@ def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, ma
         error_class=F.when(undecodable, F.lit(AvroDataError.error_class))
         .when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
         decoded=(F.when(chosen, decode).alias(decoded_name),),
+    )
+
+
+def _json_schema_outcome(payload: Column, schema_id: int, writer: str | Exception,
+                         mapping: _ValueMapping | _WholeValue, decoded_name: str, chosen: Column) -> AvroOutcome:
+    """:func:`_schema_outcome` of a JSON Schema and its JSON datums: the decoded column holds the
+    value and, where it does not map, the reason (:func:`~pubsub_connect.model.jsonschema.batch.decoded`)."""
+    from pyspark.sql import functions as F
+
+    from pubsub_connect.model.jsonschema.batch import decoded_columns
+    from pubsub_connect.model.jsonschema.schema import JsonSchemaError, connect_schema_of
+    from pubsub_connect.model.jsonschema.values import JsonDataError
+
+    if isinstance(writer, Exception):
+        return _failure(F.lit(str(writer)), F.lit(getattr(writer, "error_class", UNKNOWN_SCHEMA)))
+    try:
+        schema = connect_schema_of(writer)
+    except JsonSchemaError as exc:
+        return _failure(F.lit(f"writer schema {schema_id}: {exc}"), F.lit(JsonSchemaError.error_class))
+    value, problem = F.col(decoded_name).getField("value"), F.col(decoded_name).getField("problem")
+    body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value) \
+        if isinstance(mapping, _ValueMapping) else mapping.message(None, schema, value)
+    fails = problem.isNotNull()
+    return AvroOutcome(
+        text=F.when(~fails, java_text_col(schema, value)),
+        body=F.when(~fails, body),
+        attributes=F.when(~fails, attributes),
+        attribute_bytes=attribute_bytes,
+        limit_error=F.when(~fails & error.isNull(), limit_error),
+        error=F.when(fails, problem).otherwise(error),
+        error_class=F.when(fails, F.lit(JsonDataError.error_class))
+        .when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
+        decoded=decoded_columns(payload, schema, decoded_name, chosen),
     )
 
 
@@ -363,7 +400,9 @@ class _WholeValue:
         self.payload = payload
         self.json = format_name == "json"
 
-    def message(self, avro: AvroType, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column, Column]:
+    def message(self, avro: AvroType | None, schema: Schema, value: Column) -> tuple[Column, Column, Column, Column,
+                                                                                     Column]:
+        """(body, …) as :meth:`_ValueMapping.message`; ``avro``: the writer schema (None: JSON's)."""
         from pyspark.sql import functions as F
 
         from pubsub_connect.model.avro.written_columns import bytes_datum
@@ -371,7 +410,7 @@ class _WholeValue:
         if self.json:
             body = utf8_bytes(json_col(schema, value))
         else:
-            body = bytes_datum(self.payload) if avro.kind == "bytes" else self.payload
+            body = bytes_datum(self.payload) if avro is not None and avro.kind == "bytes" else self.payload
         return body, _no_attributes(), F.lit(None).cast("string"), F.lit(0).cast("long"), F.lit(None).cast("string")
 
 

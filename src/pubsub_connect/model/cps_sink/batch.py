@@ -21,7 +21,8 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
-    REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
+    REGISTRY_JSON_SCHEMA_CONVERTERS,
     STRING_CONVERTER,
 )
 from pubsub_connect.model.cps_sink.reference import CpsSinkMapper, quote_name
@@ -59,13 +60,13 @@ if TYPE_CHECKING:
 
 #: Converters whose output :func:`to_outbox` maps with Spark column expressions alone (a Schema
 #: Registry converter only beside another of these: the two share one column mapping).
-COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER, *REGISTRY_AVRO_CONVERTERS)
+COLUMN_KEY_CONVERTERS = (BYTE_ARRAY_CONVERTER, STRING_CONVERTER, *REGISTRY_CONVERTERS)
 COLUMN_VALUE_CONVERTERS = (
     BYTE_ARRAY_CONVERTER,
     STRING_CONVERTER,
     BOOLEAN_CONVERTER,
     *NUMBER_CONVERTER_TYPES,
-    *REGISTRY_AVRO_CONVERTERS,
+    *REGISTRY_CONVERTERS,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -83,7 +84,7 @@ def uses_compact_json_path(settings: CpsSinkSettings) -> bool:
     the reference only the records whose JSON Spark may write differently (byte/string keys)."""
     return (
         settings.key_converter in COLUMN_KEY_CONVERTERS
-        and settings.key_converter not in REGISTRY_AVRO_CONVERTERS
+        and settings.key_converter not in REGISTRY_CONVERTERS
         and settings.value_converter == JSON_CONVERTER
         and not settings.value_schemas_enable
     )
@@ -235,7 +236,7 @@ class CpsSinkConversion:
 
 def uses_registry(settings: CpsSinkSettings) -> bool:
     """True when a key or value converter is a Schema Registry one (their mapping needs the schemas)."""
-    return settings.key_converter in REGISTRY_AVRO_CONVERTERS or settings.value_converter in REGISTRY_AVRO_CONVERTERS
+    return settings.key_converter in REGISTRY_CONVERTERS or settings.value_converter in REGISTRY_CONVERTERS
 
 
 class _RegistryColumns:
@@ -258,7 +259,7 @@ class _RegistryColumns:
         #: The ids the mapping was built for, and the mapping.
         self.built: tuple[tuple[int, ...], _ColumnOutbox] | None = None
         self.sides = [side for side, name in (("key", settings.key_converter), ("value", settings.value_converter))
-                      if name in REGISTRY_AVRO_CONVERTERS]
+                      if name in REGISTRY_CONVERTERS]
         self.body_schemas = body_schemas if settings.message_body_format == AVRO_BODY else None
 
     def outbox(self, bronze_df: DataFrame) -> DataFrame:
@@ -276,12 +277,16 @@ class _RegistryColumns:
             whole = None if self.settings.message_body_format == CONNECT_BODY else self.settings.message_body_format
             outcomes = {side: framed_outcome(F.col(side), self._bodies() if whole and side == "value" else self.known,
                                              body_name, f"_avro_{side}", _replaced_attributes(self.settings),
-                                             as_key=side == "key", whole=whole if side == "value" else None)
+                                             as_key=side == "key", whole=whole if side == "value" else None,
+                                             json_schema=self.converter(side) in REGISTRY_JSON_SCHEMA_CONVERTERS)
                         for side in self.sides}
             columns = _ColumnOutbox(self.settings, self.with_skipped_headers, outcomes.get("key"),
                                     outcomes.get("value"))
             self.built = (wanted, columns)
         return self.built[1].apply(bronze_df.select(*_mapped_columns(self.settings)))
+
+    def converter(self, side: str) -> str:
+        return self.settings.key_converter if side == "key" else self.settings.value_converter
 
     def _bodies(self) -> dict[int, str | Exception]:
         """The writer schemas as message bodies: one the topic's schema refuses is why its
@@ -603,7 +608,9 @@ class _ColumnOutbox:
         if self._decoded:
             from pyspark.sql import functions as F
 
-            df = df.select(F.col("*"), *self._decoded).select(F.col("*"), *self._outcomes)
+            for decoded in self._decoded:  # one projection each: a later one may read an earlier one
+                df = df.select(F.col("*"), decoded)
+            df = df.select(F.col("*"), *self._outcomes)
         staged = df.select(*self._stage1)
         if self._admitted is not None:
             staged = staged.withColumn("_admitted", self._admitted)

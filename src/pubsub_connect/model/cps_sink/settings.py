@@ -13,6 +13,7 @@ from pubsub_connect.model.converters import (
     DEFAULT_CONVERTER,
     KNOWN_CONVERTERS,
     REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
 )
 
 if TYPE_CHECKING:
@@ -94,16 +95,19 @@ class CpsSinkSettings:
         if self.message_body_format not in MESSAGE_BODY_FORMATS:
             raise ValueError(f"messageBodyFormat must be one of {', '.join(MESSAGE_BODY_FORMATS)}, got "
                              f"{self.message_body_format!r}")
-        if self.message_body_format != CONNECT_BODY and self.value_converter not in REGISTRY_AVRO_CONVERTERS:
-            raise ValueError(f"messageBodyFormat={self.message_body_format} publishes the whole Avro value: it needs "
-                             f"value.converter=AvroConverter, not {self.value_converter.rsplit('.', 1)[-1]}")
+        needed = REGISTRY_AVRO_CONVERTERS if self.message_body_format == AVRO_BODY else REGISTRY_CONVERTERS
+        if self.message_body_format != CONNECT_BODY and self.value_converter not in needed:
+            wanted = "AvroConverter" if needed is REGISTRY_AVRO_CONVERTERS else "AvroConverter or JsonSchemaConverter"
+            raise ValueError(f"messageBodyFormat={self.message_body_format} publishes the whole value of a Schema "
+                             f"Registry converter: it needs value.converter={wanted}, not "
+                             f"{self.value_converter.rsplit('.', 1)[-1]}")
         if self.ordering_key_source not in ORDERING_KEY_SOURCES:
             raise ValueError(
                 f"orderingKeySource must be one of {', '.join(ORDERING_KEY_SOURCES)}, got {self.ordering_key_source!r}"
             )
         for name in (self.key_converter, self.value_converter):
-            if name not in KNOWN_CONVERTERS and name not in REGISTRY_AVRO_CONVERTERS:
-                supported = ", ".join((*KNOWN_CONVERTERS, *REGISTRY_AVRO_CONVERTERS))
+            if name not in KNOWN_CONVERTERS and name not in REGISTRY_CONVERTERS:
+                supported = ", ".join((*KNOWN_CONVERTERS, *REGISTRY_CONVERTERS))
                 raise ValueError(f"unsupported converter {name!r}; supported: {supported}")
 
 
