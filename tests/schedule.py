@@ -62,6 +62,7 @@ MEASURED_SECONDS = {
     # topic (both modes).
     "e2e/test_cps_source_avro.py": 130,
     "e2e/test_cps_sink_json_schema.py": 45,
+    "e2e/test_cps_source_json_schema.py": 40,
     "unit/test_jsonschema_model.py": 40,
     "reliability/test_produce_rejects.py": 71,
     "integration/test_services.py": 65,

@@ -309,20 +309,30 @@ def test_the_source_takes_registry_converters_beside_any_it_writes_with() -> Non
     assert config.get("value.converter.use.latest.version") is False
 
 
-def test_json_schema_is_read_by_the_sink_only() -> None:
+def test_json_schema_serves_the_cloud_pubsub_connectors() -> None:
     config = cfg.validate_connector(AVRO_SINK | {"value.converter": "io.confluent.connect.json.JsonSchemaConverter",
                                                  "value.converter.schema.registry.url": "http://r",
                                                  "messageBodyFormat": "json"}, "json.properties")
     assert config.get("value.converter") == "io.confluent.connect.json.JsonSchemaConverter"
+    source = {"name": "json-source", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "orders",
+              "cps.project": "p", "cps.subscription": "s",
+              "value.converter": "io.confluent.connect.json.JsonSchemaConverter",
+              "value.converter.schema.registry.url": "http://r"}
+    assert cfg.validate_connector(source, "json-source.properties").kind == "cps_source"
     with pytest.raises(ConfigError) as refused:
-        cfg.validate_connector({
-            "name": "json-source", "connector.class": "CloudPubSubSourceConnector", "kafka.topic": "orders",
-            "cps.project": "p", "cps.subscription": "s",
-            "value.converter": "io.confluent.connect.json.JsonSchemaConverter",
-            "value.converter.schema.registry.url": "http://r"}, "json-source.properties")
+        cfg.validate_connector(source | {"value.converter.value.subject.name.strategy":
+                                         "io.confluent.kafka.serializers.subject.RecordNameStrategy"},
+                               "json-source.properties")
     assert str(refused.value) == (
-        "json-source.properties: value.converter=JsonSchemaConverter is read by the Cloud Pub/Sub sink only; a source "
-        "writes Schema Registry data as Avro (io.confluent.connect.avro.AvroConverter)")
+        "json-source.properties: value.converter.value.subject.name.strategy=RecordNameStrategy names subjects by a "
+        "schema's title; the JSON Schemas the Cloud Pub/Sub source writes have none (use TopicNameStrategy)")
+    lite = {"name": "json-lite", "connector.class": "PubSubLiteSourceConnector", "kafka.topic": "orders",
+            "pubsublite.project": "p", "pubsublite.location": "us-central1-a", "pubsublite.subscription": "s",
+            "value.converter": "io.confluent.connect.json.JsonSchemaConverter",
+            "value.converter.schema.registry.url": "http://r"}
+    with pytest.raises(ConfigError, match=r"value\.converter=JsonSchemaConverter serves the Cloud Pub/Sub sink and "
+                                          r"source; the Lite source writes Schema Registry data as Avro"):
+        cfg.validate_connector(lite, "json-lite.properties")
 
 
 def test_protobuf_is_refused_with_why() -> None:
@@ -347,7 +357,8 @@ def test_apicurios_converter_is_the_same_thing() -> None:
 @pytest.mark.parametrize(("example", "kind", "converter"), [
     ("cps-sink-avro", "cps_sink", "io.confluent.connect.avro.AvroConverter"),
     ("cps-source-avro", "cps_source", "io.confluent.connect.avro.AvroConverter"),
-    ("cps-sink-json-schema", "cps_sink", "io.confluent.connect.json.JsonSchemaConverter")])
+    ("cps-sink-json-schema", "cps_sink", "io.confluent.connect.json.JsonSchemaConverter"),
+    ("cps-source-json-schema", "cps_source", "io.confluent.connect.json.JsonSchemaConverter")])
 def test_the_schema_registry_examples_validate(example: str, kind: str, converter: str) -> None:
     (connector,) = cfg.load([FIXTURES / f"{example}.properties"], FIXTURES / "worker.properties").connectors
     assert (connector.kind, connector.get("value.converter"), connector.get("value.converter.schema.registry.url")) \

@@ -106,17 +106,24 @@ def reference(rows: list[dict[str, Any]], settings: CpsSourceSettings, registry:
     return sorted(out, key=lambda r: r.message_id)
 
 
-@pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_batch_equals_reference(spark: Any, messages: list[dict[str, Any]], name: str) -> None:
-    settings = SETTINGS[name]
-    refused = {f"{TOPIC}-value"} if name == "ordering_key_made_attribute" else set()
+def batch_and_reference(spark: Any, messages: list[dict[str, Any]], settings: CpsSourceSettings,
+                        refused: set[str]) -> tuple[list[OutboxRow], RecordingRegistry]:
+    """The reference's rows, asserted equal to the JVM path's, and the registry the JVM path
+    asked, asserted to have been asked for what the reference asked (``refused``: subjects the
+    registry refuses)."""
     registry, reference_registry = RecordingRegistry(refused=set(refused)), RecordingRegistry(refused=set(refused))
     want = reference(messages, settings, reference_registry)
     got = collect(KafkaOutboxConversion(settings, schema_ids=registry).apply(bronze_df(spark, messages)))
     assert got == want
-    # both paths asked the registry for the same schemas, on the same sides, under the subjects
-    # the strategies name
-    assert {c for c in registry.calls} == {c for c in reference_registry.calls}
+    assert set(registry.calls) == set(reference_registry.calls)
+    return want, registry
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_batch_equals_reference(spark: Any, messages: list[dict[str, Any]], name: str) -> None:
+    refused = {f"{TOPIC}-value"} if name == "ordering_key_made_attribute" else set()
+    _, registry = batch_and_reference(spark, messages, SETTINGS[name], refused)
+    # both paths asked for the same schemas, on the same sides, under the subjects the strategies name
     assert {(side, subject) for side, subject, _ in registry.calls} == SUBJECTS[name]
 
 
@@ -129,27 +136,43 @@ def decoded(framed: bytes, registry: RecordingRegistry) -> Any:
     return fastavro.schemaless_reader(io.BytesIO(framed[5:]), fastavro.parse_schema(json.loads(text)))
 
 
-def test_what_is_written_decodes_to_the_originals_values(spark: Any, messages: list[dict[str, Any]]) -> None:
-    """Each written key and value decodes to the key, data and attributes of its message."""
-    settings = SETTINGS["value_struct_key_attribute"]
-    registry = RecordingRegistry()
+@dataclass(frozen=True)
+class Written:
+    """A message written once and without error, and its record."""
+
+    row: OutboxRow
+    key: str | None
+    data: bytes
+    attributes: dict[str, str]
+    struct: bool  # custom attributes: a STRUCT value
+
+
+def written_messages(spark: Any, messages: list[dict[str, Any]], settings: CpsSourceSettings,
+                     registry: RecordingRegistry) -> list[Written]:
+    """The messages the conversion wrote (redeliveries: one is written; dead letters left out)."""
     rows = {r.message_id: r for r in collect(KafkaOutboxConversion(settings, schema_ids=registry)
                                              .apply(bronze_df(spark, messages)))}
     ids = Counter(m["message_id"] for m in messages)
-    checked = []
+    out = []
     for message in messages:
         row = rows[message["message_id"]]
-        if row.error_class is not None or ids[message["message_id"]] > 1:  # redeliveries: one is written
+        if row.error_class is not None or ids[message["message_id"]] > 1:
             continue
         attributes = dict(message.get("attributes") or {})
-        key = attributes.pop("fox", None)
-        data = bytes.fromhex(message.get("data_hex") or "")
-        assert (row.key is None) if key is None else decoded(row.key, registry) == key
-        custom = set(attributes) - {"over"}  # the timestamp attribute alone makes no struct
-        want = {"message": data, **attributes} if custom else data
-        assert decoded(row.value, registry) == want
-        checked.append((message["message_id"], bool(custom)))
-    assert len(checked) == 16 and sum(struct for _, struct in checked) == 5
+        key = attributes.pop(settings.kafka_key_attribute or "", None)
+        custom = set(attributes) - {settings.kafka_timestamp_attribute}  # the timestamp alone makes no struct
+        out.append(Written(row, key, bytes.fromhex(message.get("data_hex") or ""), attributes, bool(custom)))
+    return out
+
+
+def test_what_is_written_decodes_to_the_originals_values(spark: Any, messages: list[dict[str, Any]]) -> None:
+    """Each written key and value decodes to the key, data and attributes of its message."""
+    registry = RecordingRegistry()
+    written = written_messages(spark, messages, SETTINGS["value_struct_key_attribute"], registry)
+    for w in written:
+        assert (w.row.key is None) if w.key is None else decoded(w.row.key, registry) == w.key
+        assert decoded(w.row.value, registry) == ({"message": w.data, **w.attributes} if w.struct else w.data)
+    assert len(written) == 16 and sum(w.struct for w in written) == 5
 
 
 def test_dead_letters_name_avros_and_the_registrys_reasons(spark: Any, messages: list[dict[str, Any]]) -> None:

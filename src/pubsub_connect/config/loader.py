@@ -40,7 +40,7 @@ from pubsub_connect.config.keys import (
 )
 from pubsub_connect.config.properties import read_properties
 from pubsub_connect.config.providers import DEFAULT_PROVIDERS, ConfigProviders
-from pubsub_connect.model.avro.writer import SUBJECT_NAME_STRATEGIES
+from pubsub_connect.model.avro.writer import SUBJECT_NAME_STRATEGIES, TOPIC_NAME_STRATEGY
 from pubsub_connect.model.converters import (
     REGISTRY_AVRO_CONVERTERS,
     REGISTRY_CONVERTERS,
@@ -289,9 +289,11 @@ def _registry_checks(config: ConnectorConfig) -> None:
             raise ConfigError(f"{config.source}: {side}.converter={short} is not supported by "
                               f"{config.get('connector.class')} (the Schema Registry converters serve the Cloud "
                               "Pub/Sub sink and source, and the Lite source)")
-        if config.get(f"{side}.converter") in REGISTRY_JSON_SCHEMA_CONVERTERS and config.kind != CPS_SINK:
-            raise ConfigError(f"{config.source}: {side}.converter={short} is read by the Cloud Pub/Sub sink only; "
-                              "a source writes Schema Registry data as Avro (io.confluent.connect.avro.AvroConverter)")
+        json_schema = config.get(f"{side}.converter") in REGISTRY_JSON_SCHEMA_CONVERTERS
+        if json_schema and config.kind not in (CPS_SINK, CPS_SOURCE):
+            raise ConfigError(f"{config.source}: {side}.converter={short} serves the Cloud Pub/Sub sink and source; "
+                              "the Lite source writes Schema Registry data as Avro "
+                              "(io.confluent.connect.avro.AvroConverter)")
         if not any(_registry_urls(config, side)):
             raise ConfigError(f"{config.source}: {side}.converter={short} needs "
                               f"{side}.converter.schema.registry.url (the Schema Registry's URL)")
@@ -303,6 +305,10 @@ def _registry_checks(config: ConnectorConfig) -> None:
         if strategy not in SUBJECT_NAME_STRATEGIES:
             raise ConfigError(f"{config.source}: {side}.converter.{side}.subject.name.strategy={strategy} is not one "
                               f"of {', '.join(s.rsplit('.', 1)[-1] for s in SUBJECT_NAME_STRATEGIES)}")
+        if json_schema and config.kind == CPS_SOURCE and strategy != TOPIC_NAME_STRATEGY:
+            raise ConfigError(f"{config.source}: {side}.converter.{side}.subject.name.strategy="
+                              f"{strategy.rsplit('.', 1)[-1]} names subjects by a schema's title; the JSON Schemas "
+                              "the Cloud Pub/Sub source writes have none (use TopicNameStrategy)")
     if not sides:
         return
     # The sink decodes in columns only: the other side must map there too. A source writes any

@@ -29,7 +29,7 @@ from pubsub_connect.io.schema_registry import (
 from pubsub_connect.model.avro.schema import AvroSchemaError, parsing_canonical_form
 from pubsub_connect.model.avro.wire import UnknownSchemaIdError
 from pubsub_connect.model.avro.writer import SchemaIds, SchemaRegistrationError
-from pubsub_connect.model.converters import REGISTRY_AVRO_CONVERTERS, REGISTRY_CONVERTERS, registry_schema_type
+from pubsub_connect.model.converters import REGISTRY_CONVERTERS, registry_schema_type
 from pubsub_connect.model.cps_sink.settings import AVRO_BODY, BodySchemaCheck
 from pubsub_connect.model.cps_source.settings import MessageSchemaError, MessageSchemas
 from pubsub_connect.pipelines.pubsub_settings import cps_publisher_config, cps_subscriber_config
@@ -88,18 +88,20 @@ def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
     :class:`SchemaRegistrationError`: dead letters with the registry's line). Each call asks the
     registry: the conversion that calls this remembers what it resolved, and asks again only
     about refused schemas."""
-    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_AVRO_CONVERTERS]
+    sides = [side for side in ("key", "value") if config.get(f"{side}.converter") in REGISTRY_CONVERTERS]
     if not sides:
         return None
     client = SchemaRegistryClient(registry_settings(config, sides[0]))
 
     def schema_id(side: str, subject: str, text: str) -> int:
+        schema_type = str(registry_schema_type(config.get(f"{side}.converter")))
         try:
-            if config.get(f"{side}.converter.auto.register.schemas"):
-                return client.register(subject, text)
-            if config.get(f"{side}.converter.use.latest.version"):
-                return _latest_if_same(client, subject, text)
-            return client.lookup(subject, text)
+            try:
+                return _resolved(client, config, side, subject, text, schema_type)
+            except SchemaRegistryError as exc:
+                if not (schema_type == "JSON" and exc.code == _NOT_OF_THE_GIVEN_TYPE):
+                    raise
+                return _resolved(client, config, side, subject, _declared_draft(text), schema_type)
         except SchemaRegistryError as exc:
             if exc.status in _REFUSES_CONNECTOR:
                 raise
@@ -108,12 +110,43 @@ def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
     return schema_id
 
 
+def _without_draft(node: object) -> object:
+    """A parsed schema without a declared JSON Schema draft (see :func:`_declared_draft`)."""
+    return {k: v for k, v in node.items() if k != "$schema"} if isinstance(node, dict) else node
+
+
+#: A registry's code for a schema whose text it reads as another type than the one given.
+_NOT_OF_THE_GIVEN_TYPE = 42201
+
+
+def _resolved(client: SchemaRegistryClient, config: ConnectorConfig, side: str, subject: str, text: str,
+              schema_type: str) -> int:
+    """The id of ``text`` under ``subject`` as the side's keys say: registered, the latest
+    version, or looked up."""
+    if config.get(f"{side}.converter.auto.register.schemas"):
+        return client.register(subject, text, schema_type)
+    if config.get(f"{side}.converter.use.latest.version"):
+        return _latest_if_same(client, subject, text)
+    return client.lookup(subject, text, schema_type)
+
+
+def _declared_draft(text: str) -> str:
+    """A JSON Schema with the draft it is written in declared (``$schema``, draft-07: Confluent's
+    default). Apicurio Registry infers a schema's type from its text and refuses a JSON Schema
+    without properties (the key's ``oneOf``, the bytes value's ``{"type":"string",…}``) as not
+    JSON (422, 42201); declared, it is taken. Confluent's registry takes the text as it is, so
+    this is only the second try."""
+    node = json.loads(text)
+    return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **node}, separators=(",", ":"),
+                      ensure_ascii=False)
+
+
 def _latest_if_same(client: SchemaRegistryClient, subject: str, text: str) -> int:
     """``use.latest.version``: the latest version's id when it is the record's schema. Confluent's
     serializer also writes a record with a later, compatible version; a source here writes the
     schema its record has (the README lists the difference)."""
     latest = client.latest(subject)
-    if json.loads(latest.text) != json.loads(text):
+    if _without_draft(json.loads(latest.text)) != _without_draft(json.loads(text)):
         raise SchemaRegistrationError(f"use.latest.version: the latest version of subject {subject} (id "
                                       f"{latest.schema_id}) is not this record's schema {text}")
     return latest.schema_id

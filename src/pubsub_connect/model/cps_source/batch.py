@@ -319,7 +319,7 @@ def _staged(settings: CpsSourceSettings, registry: RegistryColumns | None = None
     key_unwritable = s.key_converter in NUMBER_CONVERTER_TYPES or s.key_converter == BOOLEAN_CONVERTER
     bad_key = F.col("_key").isNotNull() & F.lit(key_unwritable)
     # A STRUCT value that only JsonConverter can write (see check_value_converter).
-    unwritable = F.col("_custom") & F.lit(struct_mode and s.value_converter != JSON_CONVERTER and not s.avro_value)
+    unwritable = F.col("_custom") & F.lit(struct_mode and s.value_converter != JSON_CONVERTER and not s.registry_value)
     error_class = (
         F.when(bad_ts, F.lit(InvalidTimestampError.error_class))
         .when(duplicate, F.lit(DuplicateFieldError.error_class))
@@ -348,14 +348,16 @@ def _staged(settings: CpsSourceSettings, registry: RegistryColumns | None = None
     if struct_mode:
         headers = empty_headers
         needs_struct = F.col("_custom") & ok_error
-        if registry is not None and s.avro_value:
-            value = registry.value(needs_struct, data, F.col("_entries")["value"], F.col("_made"), ok)
+        if registry is not None and s.registry_value:
+            json_struct = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, False) \
+                if s.json_schema("value") else None
+            value = registry.value(needs_struct, data, F.col("_entries"), F.col("_made"), ok, json_struct)
         else:
             struct_value = _struct_json_col(F.col("_entries"), F.col("_made"), ok, data, s.value_schemas_enable)
             value = F.when(needs_struct, struct_value).otherwise(bytes_value_col(data, s))
     else:
-        value = bytes_value_col(data, s) if registry is None or not s.avro_value else \
-            registry.value(F.lit(False), data, F.col("_entries")["value"], F.col("_made"), ok)
+        value = bytes_value_col(data, s) if registry is None or not s.registry_value else \
+            registry.value(F.lit(False), data, F.col("_entries"), F.col("_made"), ok)
         carried = F.transform(
             F.col("_entries"),
             lambda e: F.struct(e["key"].alias("key"), utf8_bytes(e["value"]).alias("value")),
@@ -384,7 +386,7 @@ def _staged(settings: CpsSourceSettings, registry: RegistryColumns | None = None
     else:
         rr = F.lit(False)
 
-    written_key = registry.key(F.col("_key")) if registry is not None and s.avro_key else key_col(F.col("_key"), s)
+    written_key = registry.key(F.col("_key")) if registry is not None and s.registry_key else key_col(F.col("_key"), s)
     final = [
         # Dead-letter rows keep the key's UTF-8 and the raw data, whatever the converters.
         F.when(ok_error, written_key).otherwise(utf8_bytes(F.col("_key"))).alias("key"),
@@ -460,7 +462,7 @@ class KafkaOutboxConversion:
         check_value_converter(settings)
         self._deduplicate = _deduplication()
         registry = None
-        if settings.avro_key or settings.avro_value:
+        if settings.registry_key or settings.registry_value:
             if schema_ids is None:
                 raise ValueError("a Schema Registry converter needs its registry (schema_ids)")
             registry = RegistryColumns(settings, schema_ids, message_schemas)
@@ -526,7 +528,7 @@ def to_kafka_outbox_stream(messages: DataFrame, settings: CpsSourceSettings) -> 
     from pyspark.sql import functions as F
 
     check_value_converter(settings)
-    if settings.avro_key or settings.avro_value:
+    if settings.registry_key or settings.registry_value:
         raise UnsupportedConverterError("the Schema Registry converters register a record's schema before it is "
                                         "written, which a streaming table's query cannot do; use a connector job")
     staged = _staged(settings)(messages)

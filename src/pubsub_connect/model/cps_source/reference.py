@@ -17,7 +17,7 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     NUMBER_CONVERTER_TYPES,
-    REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
     escape_supplementary_as_jackson,
     shared_converter,
 )
@@ -60,6 +60,7 @@ from pubsub_connect.model.cps_source.settings import (
     unicode_digits,
     written_definition,
 )
+from pubsub_connect.model.jsonschema.writer import json_schema_text
 
 if TYPE_CHECKING:
     pass
@@ -249,7 +250,7 @@ def message_to_record(msg: PubsubReceived, settings: CpsSourceSettings, round_ro
     if has_custom_attributes(msg, settings) and not settings.kafka_record_headers:
         struct = value_struct(msg, settings)
         key_bytes = serialize_key(key, settings, schema_ids)
-        if settings.value_converter != JSON_CONVERTER and not settings.avro_value:
+        if settings.value_converter != JSON_CONVERTER and not settings.registry_value:
             raise StructConverterError(struct_converter_message(settings.value_converter))
         value = serialize_struct(struct, settings, schema_ids)
     else:
@@ -347,7 +348,7 @@ def check_value_converter(settings: CpsSourceSettings) -> None:
         ("key.converter", settings.key_converter, settings.key_schemas_enable),
         ("value.converter", settings.value_converter, settings.value_schemas_enable),
     ):
-        if name in REGISTRY_AVRO_CONVERTERS:
+        if name in REGISTRY_CONVERTERS:
             continue
         try:
             shared_converter(name, schemas)
@@ -369,8 +370,8 @@ def serialize_key(key: str | None, settings: CpsSourceSettings, schema_ids: Sche
     their serializers write it); an Avro converter writes the union ``["null","string"]``.
     """
     converter = settings.key_converter
-    if settings.avro_key:
-        return _avro(schema_ids, "key", settings, OPTIONAL_STRING, key)
+    if settings.registry_key:
+        return _registry(schema_ids, "key", settings, OPTIONAL_STRING, key)
     if converter == JSON_CONVERTER:
         out = shared_converter(converter, settings.key_schemas_enable).from_connect(OPTIONAL_STRING, key)
         assert out is not None  # an OPTIONAL_STRING null is written as JSON null
@@ -386,8 +387,8 @@ def serialize_bytes_value(data: bytes, settings: CpsSourceSettings, schema_ids: 
     """A BYTES value (the data of a message without custom attributes, or with them in headers
     mode) as the configured ``value.converter`` writes it; ``StringConverter`` writes the data as
     is (*divergence*, see the package docstring)."""
-    if settings.avro_value:
-        return _avro(schema_ids, "value", settings, BYTES, data) or b""
+    if settings.registry_value:
+        return _registry(schema_ids, "value", settings, BYTES, data) or b""
     if settings.value_converter == JSON_CONVERTER:
         out = shared_converter(JSON_CONVERTER, settings.value_schemas_enable).from_connect(BYTES, data)
         assert out is not None  # a non-null value always serializes to bytes
@@ -398,20 +399,29 @@ def serialize_bytes_value(data: bytes, settings: CpsSourceSettings, schema_ids: 
 def serialize_struct(struct: Struct, settings: CpsSourceSettings, schema_ids: SchemaIds | None = None) -> bytes:
     """The STRUCT value as the configured ``value.converter`` (``model/converters.py``) writes it."""
     check_value_converter(settings)
-    if settings.avro_value:
-        return _avro(schema_ids, "value", settings, struct.schema, struct) or b""
+    if settings.registry_value:
+        return _registry(schema_ids, "value", settings, struct.schema, struct) or b""
     out = shared_converter(settings.value_converter, settings.value_schemas_enable).from_connect(struct.schema, struct)
     if out is None:  # pragma: no cover - a struct value is never null
         raise DataError("value converter returned null for a struct")
     return _as_kafka_json(bytes(out))
 
 
-def _avro(schema_ids: SchemaIds | None, side: str, settings: CpsSourceSettings, schema: Schema,
-          value: Any) -> bytes | None:
-    """A key or value as the Schema Registry Avro converter writes it."""
+def _registry(schema_ids: SchemaIds | None, side: str, settings: CpsSourceSettings, schema: Schema,
+              value: Any) -> bytes | None:
+    """A key or value as the Schema Registry converter writes it: Avro, or JSON Schema (the
+    value's JSON as Jackson writes it, framed with the id of Confluent's text of its schema)."""
     if schema_ids is None:
         raise ValueError(f"{side}.converter is a Schema Registry converter: its schema ids are needed")
-    return written(schema_ids, side, settings.subject_strategy(side), settings.kafka_topic, schema, value)
+    strategy = settings.subject_strategy(side)
+    if not settings.json_schema(side):
+        return written(schema_ids, side, strategy, settings.kafka_topic, schema, value)
+    if value is None:  # nothing registered, nothing framed, as Confluent's serializer
+        return None
+    text = json_schema_text(schema)
+    datum = shared_converter(JSON_CONVERTER, False).from_connect(schema, value)
+    assert datum is not None  # a non-null value always serializes
+    return schema_frame(schema_ids, side, strategy, settings.kafka_topic, text) + _as_kafka_json(datum)
 
 
 def _message_datum(msg: PubsubReceived, settings: CpsSourceSettings, schema_ids: SchemaIds | None,

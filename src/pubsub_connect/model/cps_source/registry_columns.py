@@ -1,6 +1,8 @@
-"""The Cloud Pub/Sub source's keys and values as a Schema Registry Avro converter writes them, in
+"""The Cloud Pub/Sub source's keys and values as a Schema Registry converter writes them, in
 Spark expressions: the batch side of :func:`~pubsub_connect.model.cps_source.reference.serialize_key`
-and friends for ``io.confluent.connect.avro.AvroConverter``.
+and friends for ``io.confluent.connect.avro.AvroConverter`` and
+``io.confluent.connect.json.JsonSchemaConverter`` (the same framing; the schema's text and the
+datum in Avro's binary encoding, or as JSON: :mod:`pubsub_connect.model.jsonschema.writer`).
 
 Why a job per micro-batch: a message with custom attributes (``kafka.record.headers=false``) is a
 record with one field per attribute, so its schema, subject version and id depend on the names
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from pubsub_connect.model.avro.writer import SchemaIds, avro_schema_text, schema_frame
 from pubsub_connect.model.avro.written_columns import bytes_datum, optional_string_datum, string_data, string_datum
-from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError
+from pubsub_connect.model.connect import BYTES, OPTIONAL_STRING, DataError, Schema
 from pubsub_connect.model.cps_source.settings import (
     AVRO_BODY,
     SCHEMA_ENCODING_ATTRIBUTE,
@@ -34,6 +36,9 @@ from pubsub_connect.model.cps_source.settings import (
     struct_schema,
     written_definition,
 )
+from pubsub_connect.model.frames import utf8_bytes
+from pubsub_connect.model.json_columns import jackson_base64, jackson_string
+from pubsub_connect.model.jsonschema.writer import json_schema_text
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -79,19 +84,27 @@ class RegistryColumns:
         """The framed key of a row with a key (null stays null)."""
         from pyspark.sql import functions as F
 
-        return F.when(key.isNotNull(), F.concat(F.col("_key_header"), optional_string_datum(key)))
+        datum = utf8_bytes(jackson_string(key)) if self._settings.json_schema("key") else optional_string_datum(key)
+        return F.when(key.isNotNull(), F.concat(F.col("_key_header"), datum))
 
-    def value(self, needs_struct: Column, data: Column, values: Column, made: Column, ordering_key: Column) -> Column:
-        """The framed value: a STRUCT's data, attribute values and ``orderingKey``; a BYTES value's
-        data as it is (Confluent's serializer writes top-level bytes without their length); with
-        ``messageBodyFormat=avro`` the data, which is the datum."""
+    def value(self, needs_struct: Column, data: Column, entries: Column, made: Column, ordering_key: Column,
+              json_struct: Column | None = None) -> Column:
+        """The framed value: a STRUCT's data, attribute values (``entries``, sorted by name) and
+        ``orderingKey``; a BYTES value's data as it is (Confluent's Avro serializer writes top-level
+        bytes without their length); with ``messageBodyFormat=avro`` the data, which is the datum.
+        JSON Schema: ``json_struct`` is the STRUCT's JSON (the source's JsonConverter columns, as
+        Jackson writes it), a BYTES value its base64 text."""
         from pyspark.sql import functions as F
 
         if self._datums:
             return F.concat(F.col("_value_header"), data)
+        if self._settings.json_schema("value"):
+            quoted = utf8_bytes(F.concat(F.lit('"'), jackson_base64(data), F.lit('"')))
+            datum = F.when(needs_struct, json_struct).otherwise(quoted) if json_struct is not None else quoted
+            return F.concat(F.col("_value_header"), datum)
         datum = F.when(
             needs_struct,
-            F.concat(bytes_datum(data), string_data(values),
+            F.concat(bytes_datum(data), string_data(entries["value"]),
                      F.when(made, string_datum(ordering_key)).otherwise(F.lit(b""))),
         ).otherwise(data)
         return F.concat(F.col("_value_header"), datum)
@@ -111,9 +124,9 @@ class RegistryColumns:
             rows = seen.collect()  # a handful of rows: distinct field-name lists
             # The key first, as Connect converts it: a record whose key is refused has no value
             # written, so nothing is registered for it.
-            if s.avro_key and any(row["_keyed"] for row in rows):
+            if s.registry_key and any(row["_keyed"] for row in rows):
                 key_error = self._resolve_key()
-            if s.avro_value:
+            if s.registry_value:
                 written_values = {row["_sig"] or _BYTES for row in rows if not (row["_keyed"] and key_error)}
                 for sig in sorted(written_values):
                     problem = self._resolve_value(sig)
@@ -138,8 +151,8 @@ class RegistryColumns:
         s = self._settings
         if self._datums:  # each batch may name schema revisions not seen yet
             return True
-        complete = (not s.avro_value or (self._headers_only and _BYTES in self._values)) and \
-            (not s.avro_key or self._key is not None)
+        complete = (not s.registry_value or (self._headers_only and _BYTES in self._values)) and \
+            (not s.registry_key or self._key is not None)
         return not complete
 
     def _resolve_value(self, sig: str) -> tuple[str, str] | None:
@@ -150,7 +163,7 @@ class RegistryColumns:
                 self._values[sig] = self._datum_header(*json.loads(sig))
             else:
                 schema = BYTES if sig == _BYTES else struct_schema(json.loads(sig))
-                self._values[sig] = self._header("value", avro_schema_text(schema))
+                self._values[sig] = self._header("value", self._schema_text("value", schema))
         except DataError as exc:
             return exc.error_class, str(exc)
         return None
@@ -166,10 +179,13 @@ class RegistryColumns:
         if self._key is not None:
             return None
         try:
-            self._key = self._header("key", avro_schema_text(OPTIONAL_STRING))
+            self._key = self._header("key", self._schema_text("key", OPTIONAL_STRING))
         except DataError as exc:
             return exc.error_class, str(exc)
         return None
+
+    def _schema_text(self, side: str, schema: Schema) -> str:
+        return json_schema_text(schema) if self._settings.json_schema(side) else avro_schema_text(schema)
 
     def _header(self, side: str, text: str) -> bytes:
         s = self._settings

@@ -18,6 +18,8 @@ from pubsub_connect.model.converters import (
     BYTE_ARRAY_CONVERTER,
     JSON_CONVERTER,
     REGISTRY_AVRO_CONVERTERS,
+    REGISTRY_CONVERTERS,
+    REGISTRY_JSON_SCHEMA_CONVERTERS,
 )
 
 if TYPE_CHECKING:
@@ -248,7 +250,8 @@ class CpsSourceSettings:
         if self.message_body_format not in MESSAGE_BODY_FORMATS:
             raise ValueError(f"messageBodyFormat={self.message_body_format!r} is not one of "
                              f"{', '.join(MESSAGE_BODY_FORMATS)}")
-        if self.message_body_format == AVRO_BODY and not (self.avro_value and self.kafka_record_headers):
+        if self.message_body_format == AVRO_BODY and not (
+                self.value_converter in REGISTRY_AVRO_CONVERTERS and self.kafka_record_headers):
             raise ValueError("messageBodyFormat=avro writes each message's Avro datum as the record's value: it needs "
                              "value.converter=AvroConverter and kafka.record.headers=true (the attributes as headers)")
         if self.partition_scheme not in PARTITION_SCHEMES:
@@ -265,14 +268,18 @@ class CpsSourceSettings:
         return self.key_subject_strategy if side == "key" else self.value_subject_strategy
 
     @property
-    def avro_key(self) -> bool:
-        """Keys are written by a Schema Registry Avro converter."""
-        return self.key_converter in REGISTRY_AVRO_CONVERTERS
+    def registry_key(self) -> bool:
+        """Keys are written by a Schema Registry converter (Avro or JSON Schema)."""
+        return self.key_converter in REGISTRY_CONVERTERS
 
     @property
-    def avro_value(self) -> bool:
-        """Values are written by a Schema Registry Avro converter."""
-        return self.value_converter in REGISTRY_AVRO_CONVERTERS
+    def registry_value(self) -> bool:
+        """Values are written by a Schema Registry converter (Avro or JSON Schema)."""
+        return self.value_converter in REGISTRY_CONVERTERS
+
+    def json_schema(self, side: str) -> bool:
+        """``side`` (``key``/``value``) is written by the JSON Schema converter (else Avro)."""
+        return (self.key_converter if side == "key" else self.value_converter) in REGISTRY_JSON_SCHEMA_CONVERTERS
 
     @property
     def standard_attributes(self) -> frozenset[str]:
