@@ -84,3 +84,21 @@ def test_schema_texts_are_confluents() -> None:
         '{"type":"object","properties":{"attr-x":{"type":"string","connect.index":1},'
         '"b.c":{"type":"string","connect.index":2},"orderingKey":{"type":"string","connect.index":3},'
         '"message":{"type":"string","connect.index":0,"connect.type":"bytes"}}}')
+
+
+def test_datums_are_confluents() -> None:
+    """The JSON Confluent's ``JsonSchemaConverter`` 8.5 writes after the header for these
+    values (Jackson's compact JSON: a character outside the BMP as two escapes, others as
+    they are), byte for byte."""
+    from pubsub_connect.model.connect import Struct
+    from pubsub_connect.model.cps_source.reference import serialize_bytes_value, serialize_key, serialize_struct
+
+    settings = SETTINGS["value_struct_key_attribute"]
+    registry = RecordingRegistry()
+    key = serialize_key("k1 \"q\" é 😀\u0001/", settings, registry)
+    assert key is not None and key[5:] == '"k1 \\"q\\" é \\uD83D\\uDE00\\u0001/"'.encode()
+    assert serialize_key(None, settings, registry) is None
+    assert serialize_bytes_value(bytes([0, 1, 2, 255, 97]), settings, registry)[5:] == b'"AAEC/2E="'
+    schema = struct_schema(["a"])
+    value = serialize_struct(Struct(schema, {"message": "hié".encode(), "a": 'v-a "\\\t😀'}), settings, registry)
+    assert value[5:] == b'{"message":"aGnDqQ==","a":"v-a \\"\\\\\\t\\uD83D\\uDE00"}'
