@@ -62,7 +62,8 @@ COUNTS = {"type": "object", "connect.type": "map", "additionalProperties": {"typ
 BY_ID = {"type": "array", "connect.type": "map", "items": {"type": "object", "properties": {
     "key": {"type": "integer"}, "value": {"type": "string"}}}}
 SCHEMAS = {1: READING, 2: EVERYTHING, 3: NESTED, 4: {"type": "string"}, 5: {"type": "array", "items": {
-    "type": "integer"}}, 6: UNION, 7: {"type": "integer", "title": TIMESTAMP}, 8: COUNTS, 9: BY_ID}
+    "type": "integer"}}, 6: UNION, 7: {"type": "integer", "title": TIMESTAMP}, 8: COUNTS, 9: BY_ID,
+           10: {"type": "object", "title": "Empty"}}
 
 
 def everything(n: int) -> dict[str, Any]:
@@ -104,6 +105,8 @@ def values() -> list[bytes | None]:
         encode(9, [{"key": 2, "value": "x"}, {"key": 1, "value": "y"}]),
         encode(9, [{"key": 1, "value": "x"}, {"key": 1, "value": "y"}]),          # a key twice
         encode(9, [{"key": 1}]),                                                  # not an entry
+        encode(10, {"a": 1}),                                                     # no properties: none kept
+        encode(10, 5),                                                            # not an object
         frame(1, b'{"sensor": "s", "sensor": "t"}'),                              # a name twice
         frame(1, b"{'sensor': 's'}"),                                             # not JSON
         frame(1, b'{"sensor": "\xff"}'),                                          # not UTF-8

@@ -367,7 +367,8 @@ def serialize_key(key: str | None, settings: CpsSourceSettings, schema_ids: Sche
 
     ``ByteArrayConverter`` writes UTF-8 (*divergence*, see the package docstring); the number and
     boolean converters raise :class:`KeyConverterError` for a key (a null key stays null, as
-    their serializers write it); an Avro converter writes the union ``["null","string"]``.
+    their serializers write it); an Avro converter writes the union ``["null","string"]``, the
+    JSON Schema converter a JSON string (a null key stays null with both).
     """
     converter = settings.key_converter
     if settings.registry_key:

@@ -130,14 +130,17 @@ def _struct_type(schema: Schema) -> str:
 def _struct(schema: Schema, node: Column, kind: Column, path: Column, fields: Column | None) -> tuple[Column, Column]:
     from pyspark.sql import functions as F
 
+    if not schema.fields:  # an object with no properties: any object, its members dropped (Confluent's)
+        members = F.try_variant_get(node, "$", "map<string,variant>")
+        return _container(F.when(members.isNotNull(), F.struct()), F.lit(None).cast("string"), members, node, kind,
+                          path, Type.STRUCT)
     if fields is None:
-        fields = F.try_variant_get(node, "$", _struct_type(schema)) if schema.fields else F.struct()
+        fields = F.try_variant_get(node, "$", _struct_type(schema))
     converted = [_convert(f.schema, fields.getField(f.name), F.concat(path, F.lit("." + f.name)))
                  for f in schema.fields]
     value = F.when(fields.isNotNull(), F.struct(*[v.alias(f.name) for f, (v, _) in
                                                   zip(schema.fields, converted, strict=True)]))
-    problem = F.coalesce(*[p for _, p in converted]) if converted else F.lit(None).cast("string")
-    return _container(value, problem, fields, node, kind, path, Type.STRUCT)
+    return _container(value, F.coalesce(*[p for _, p in converted]), fields, node, kind, path, Type.STRUCT)
 
 
 def _map(schema: Schema, node: Column, kind: Column, path: Column) -> tuple[Column, Column]:
