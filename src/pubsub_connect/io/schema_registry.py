@@ -39,6 +39,11 @@ VERSION_NOT_FOUND = 40402
 TIMEOUT_S = 30.0
 
 
+#: A registry's code for a schema whose text it reads as another type than the one given.
+NOT_OF_THE_GIVEN_TYPE = 42201
+#: The JSON Schema draft a declared schema names (:func:`declared_draft`).
+JSON_SCHEMA_DRAFT = "http://json-schema.org/draft-07/schema#"
+
 class SchemaRegistryError(RuntimeError):
     """The registry answered with an error; ``str()`` is one line with its message and code."""
 
@@ -127,12 +132,24 @@ class SchemaRegistryClient:
 
     def register(self, subject: str, text: str, schema_type: str = "AVRO") -> int:
         """The id of ``text`` under ``subject``, registered as a new version when it is new."""
-        answer = self._call("POST", f"/subjects/{quote(subject, safe='')}/versions", _body(text, schema_type))
-        return self._remember(int(answer["id"]), schema_type, text)
+        return self._post_schema(f"/subjects/{quote(subject, safe='')}/versions", text, schema_type)
 
     def lookup(self, subject: str, text: str, schema_type: str = "AVRO") -> int:
         """The id of ``text`` if ``subject`` has it (``auto.register.schemas=false``)."""
-        answer = self._call("POST", f"/subjects/{quote(subject, safe='')}", _body(text, schema_type))
+        return self._post_schema(f"/subjects/{quote(subject, safe='')}", text, schema_type)
+
+    def _post_schema(self, path: str, text: str, schema_type: str) -> int:
+        """A schema posted to ``path``, its id. Apicurio Registry infers a schema's type from its
+        text and refuses a JSON Schema without properties (``{"type":"string",…}``, a ``oneOf``)
+        as not JSON (422, error 42201); with its draft declared (:func:`declared_draft`) it takes
+        it. Confluent's registry takes the text as it is, so that is only the second try."""
+        try:
+            answer = self._call("POST", path, _body(text, schema_type))
+        except SchemaRegistryError as exc:
+            if not (schema_type == "JSON" and exc.code == NOT_OF_THE_GIVEN_TYPE):
+                raise
+            text = declared_draft(text)
+            answer = self._call("POST", path, _body(text, schema_type))
         return self._remember(int(answer["id"]), schema_type, text)
 
     def latest(self, subject: str) -> RegisteredSchema:
@@ -183,6 +200,12 @@ class SchemaRegistryClient:
                 return json.loads(response.read() or b"{}")
         except HTTPError as exc:
             raise _registry_error(exc, method, path) from None
+
+
+def declared_draft(text: str) -> str:
+    """A JSON Schema with the draft it is written in declared (``$schema``, draft-07: the one
+    Confluent's library assumes)."""
+    return json.dumps({"$schema": JSON_SCHEMA_DRAFT, **json.loads(text)}, separators=(",", ":"), ensure_ascii=False)
 
 
 def _body(text: str, schema_type: str) -> bytes:

@@ -96,12 +96,11 @@ def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
     def schema_id(side: str, subject: str, text: str) -> int:
         schema_type = str(registry_schema_type(config.get(f"{side}.converter")))
         try:
-            try:
-                return _resolved(client, config, side, subject, text, schema_type)
-            except SchemaRegistryError as exc:
-                if not (schema_type == "JSON" and exc.code == _NOT_OF_THE_GIVEN_TYPE):
-                    raise
-                return _resolved(client, config, side, subject, _declared_draft(text), schema_type)
+            if config.get(f"{side}.converter.auto.register.schemas"):
+                return client.register(subject, text, schema_type)
+            if config.get(f"{side}.converter.use.latest.version"):
+                return _latest_if_same(client, subject, text)
+            return client.lookup(subject, text, schema_type)
         except SchemaRegistryError as exc:
             if exc.status in _REFUSES_CONNECTOR:
                 raise
@@ -111,34 +110,9 @@ def written_schema_ids(config: ConnectorConfig) -> SchemaIds | None:
 
 
 def _without_draft(node: object) -> object:
-    """A parsed schema without a declared JSON Schema draft (see :func:`_declared_draft`)."""
+    """A parsed schema without a declared JSON Schema draft (the client declares one where a
+    registry would not take the schema otherwise: :func:`~pubsub_connect.io.schema_registry.declared_draft`)."""
     return {k: v for k, v in node.items() if k != "$schema"} if isinstance(node, dict) else node
-
-
-#: A registry's code for a schema whose text it reads as another type than the one given.
-_NOT_OF_THE_GIVEN_TYPE = 42201
-
-
-def _resolved(client: SchemaRegistryClient, config: ConnectorConfig, side: str, subject: str, text: str,
-              schema_type: str) -> int:
-    """The id of ``text`` under ``subject`` as the side's keys say: registered, the latest
-    version, or looked up."""
-    if config.get(f"{side}.converter.auto.register.schemas"):
-        return client.register(subject, text, schema_type)
-    if config.get(f"{side}.converter.use.latest.version"):
-        return _latest_if_same(client, subject, text)
-    return client.lookup(subject, text, schema_type)
-
-
-def _declared_draft(text: str) -> str:
-    """A JSON Schema with the draft it is written in declared (``$schema``, draft-07: Confluent's
-    default). Apicurio Registry infers a schema's type from its text and refuses a JSON Schema
-    without properties (the key's ``oneOf``, the bytes value's ``{"type":"string",…}``) as not
-    JSON (422, 42201); declared, it is taken. Confluent's registry takes the text as it is, so
-    this is only the second try."""
-    node = json.loads(text)
-    return json.dumps({"$schema": "http://json-schema.org/draft-07/schema#", **node}, separators=(",", ":"),
-                      ensure_ascii=False)
 
 
 def _latest_if_same(client: SchemaRegistryClient, subject: str, text: str) -> int:

@@ -151,8 +151,9 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
     payload = F.substring(framed, HEADER_BYTES + 1, 2_147_483_647)
     mapping = _WholeValue(payload, whole) if whole else _ValueMapping(body_name, replaced or {}, as_key)
     outcome_of = _json_schema_outcome if json_schema else _schema_outcome
-    outcomes = {k: outcome_of(payload, k, v, mapping, f"{name}_{k}",
-                              framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
+    outcomes = {k: _failure(F.lit(str(v)), F.lit(getattr(v, "error_class", UNKNOWN_SCHEMA))) if isinstance(v, Exception)
+                else outcome_of(payload, k, v, mapping, f"{name}_{k}",
+                                framed.isNotNull() & framed_ok & (schema_id == F.lit(k)))
                 for k, v in sorted(schemas.items())}
     not_looked_up = F.concat(F.lit("no writer schema was looked up for id "), schema_id.cast("string"))
     unseen = _failure(not_looked_up, F.lit(UNKNOWN_SCHEMA))
@@ -174,15 +175,13 @@ def framed_outcome(framed: Column, schemas: Mapping[int, str | Exception], body_
                        tuple(c for o in outcomes.values() for c in o.decoded))
 
 
-def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, mapping: _ValueMapping | _WholeValue,
+def _schema_outcome(payload: Column, schema_id: int, writer: str, mapping: _ValueMapping | _WholeValue,
                     decoded_name: str, chosen: Column) -> AvroOutcome:
     """One writer schema's outcome; its value is decoded into column ``decoded_name`` for the rows
     where ``chosen`` (their id is this schema's)."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    if isinstance(writer, Exception):
-        return _failure(F.lit(str(writer)), F.lit(getattr(writer, "error_class", UNKNOWN_SCHEMA)))
     try:
         avro = parse_schema(writer)
         schema = connect_schema(avro)
@@ -199,52 +198,49 @@ def _schema_outcome(payload: Column, schema_id: int, writer: str | Exception, ma
     else:
         decode = from_avro(payload, writer, {"avroSchema": reader_schema(writer), "mode": "PERMISSIVE"})
         undecodable = _undecodable(avro, schema, value)
-    body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value) \
-        if isinstance(mapping, _ValueMapping) else mapping.message(avro, schema, value)
-    return AvroOutcome(
-        text=F.when(~undecodable, java_text_col(schema, value)),
-        body=F.when(~undecodable, body),
-        attributes=F.when(~undecodable, attributes),
-        attribute_bytes=attribute_bytes,
-        limit_error=F.when(~undecodable & error.isNull(), limit_error),
-        error=F.when(undecodable, F.lit(f"the bytes do not decode with writer schema {schema_id} "
-                                        "(or the datum is null)")).otherwise(error),
-        error_class=F.when(undecodable, F.lit(AvroDataError.error_class))
-        .when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
-        decoded=(F.when(chosen, decode).alias(decoded_name),),
-    )
+    return _mapped(schema, value, mapping, avro, undecodable,
+                   F.lit(f"the bytes do not decode with writer schema {schema_id} (or the datum is null)"),
+                   AvroDataError.error_class, (F.when(chosen, decode).alias(decoded_name),))
 
 
-def _json_schema_outcome(payload: Column, schema_id: int, writer: str | Exception,
+def _json_schema_outcome(payload: Column, schema_id: int, writer: str,
                          mapping: _ValueMapping | _WholeValue, decoded_name: str, chosen: Column) -> AvroOutcome:
     """:func:`_schema_outcome` of a JSON Schema and its JSON datums: the decoded column holds the
-    value and, where it does not map, the reason (:func:`~pubsub_connect.model.jsonschema.batch.decoded`)."""
+    value and, where it does not map, the reason
+    (:func:`~pubsub_connect.model.jsonschema.batch.decoded_columns`)."""
     from pyspark.sql import functions as F
 
     from pubsub_connect.model.jsonschema.batch import decoded_columns
     from pubsub_connect.model.jsonschema.schema import JsonSchemaError, connect_schema_of
     from pubsub_connect.model.jsonschema.values import JsonDataError
 
-    if isinstance(writer, Exception):
-        return _failure(F.lit(str(writer)), F.lit(getattr(writer, "error_class", UNKNOWN_SCHEMA)))
     try:
         schema = connect_schema_of(writer)
     except JsonSchemaError as exc:
         return _failure(F.lit(f"writer schema {schema_id}: {exc}"), F.lit(JsonSchemaError.error_class))
     value, problem = F.col(decoded_name).getField("value"), F.col(decoded_name).getField("problem")
+    return _mapped(schema, value, mapping, None, problem.isNotNull(), problem, JsonDataError.error_class,
+                   decoded_columns(payload, schema, decoded_name, chosen))
+
+
+def _mapped(schema: Schema, value: Column, mapping: _ValueMapping | _WholeValue, avro: AvroType | None,
+            fails: Column, fail_error: Column, fail_class: str, decoded: tuple[Column, ...]) -> AvroOutcome:
+    """The outcome of a decoded ``value`` of ``schema`` (its writer schema ``avro``, None for a
+    JSON Schema's): what ``mapping`` makes of it, except where ``fails`` (it did not decode:
+    ``fail_error`` with ``fail_class``)."""
+    from pyspark.sql import functions as F
+
     body, attributes, error, attribute_bytes, limit_error = mapping.message(schema, value) \
-        if isinstance(mapping, _ValueMapping) else mapping.message(None, schema, value)
-    fails = problem.isNotNull()
+        if isinstance(mapping, _ValueMapping) else mapping.message(avro, schema, value)
     return AvroOutcome(
         text=F.when(~fails, java_text_col(schema, value)),
         body=F.when(~fails, body),
         attributes=F.when(~fails, attributes),
         attribute_bytes=attribute_bytes,
         limit_error=F.when(~fails & error.isNull(), limit_error),
-        error=F.when(fails, problem).otherwise(error),
-        error_class=F.when(fails, F.lit(JsonDataError.error_class))
-        .when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
-        decoded=decoded_columns(payload, schema, decoded_name, chosen),
+        error=F.when(fails, fail_error).otherwise(error),
+        error_class=F.when(fails, F.lit(fail_class)).when(error.isNotNull(), F.lit(UnsupportedValueError.error_class)),
+        decoded=decoded,
     )
 
 

@@ -20,7 +20,6 @@ read like it. The reference the JVM path is tested against; never on a hot path.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -31,7 +30,7 @@ from pubsub_connect.model.avro.schema import (
     parse_schema,
     union_member_name,
 )
-from pubsub_connect.model.avro.wire import split_frame
+from pubsub_connect.model.avro.wire import FramedConverter, split_frame
 from pubsub_connect.model.avro.writer import zigzag_varint
 from pubsub_connect.model.connect import (
     DATE,
@@ -226,24 +225,12 @@ def _flattened(union: AvroType) -> bool:
     return len(union.branches) == 1 or (len(union.branches) == 2 and len(others) == 1)
 
 
-class RegistryAvroConverter:
-    """Confluent's ``AvroConverter`` (and Apicurio's, in the same wire format) for the reference:
-    ``schema_text`` gives a writer schema's text by id (the registry, or a test's table)."""
+class RegistryAvroConverter(FramedConverter):
+    """Confluent's ``AvroConverter`` (and Apicurio's, in the same wire format) for the reference."""
 
-    def __init__(self, schema_text: Callable[[int], str]):
-        self._schema_text = schema_text
-
-    def to_connect(self, data: bytes | None) -> SchemaAndValue:
-        if data is None:
-            return SchemaAndValue(None, None)
-        schema_id, payload = split_frame(data)
-        reader = _reader(self._schema_text(schema_id))
+    def read(self, schema_id: int, writer: str, payload: bytes) -> SchemaAndValue:
+        reader = _reader(writer)
         return SchemaAndValue(reader.schema, reader.decode(payload))
-
-    def writer_schema(self, data: bytes) -> tuple[int, str]:
-        """The id and text of a framed value's writer schema."""
-        schema_id, _ = split_frame(data)
-        return schema_id, self._schema_text(schema_id)
 
     def datum(self, data: bytes) -> bytes:
         """The value's datum in Avro's binary encoding without the header: what a Pub/Sub topic

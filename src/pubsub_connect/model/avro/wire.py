@@ -4,7 +4,10 @@ id handler). Shared by the per-record reference and the Spark expressions."""
 
 from __future__ import annotations
 
-from pubsub_connect.model.connect import DataError
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from pubsub_connect.model.connect import DataError, SchemaAndValue
 
 MAGIC_BYTE = 0
 #: Bytes before the datum.
@@ -44,3 +47,27 @@ class UnknownSchemaIdError(DataError):
     """The registry has no schema with a record's id: the record's fault (a dead letter)."""
 
     error_class = "UnknownSchemaError"
+
+
+class FramedConverter(ABC):
+    """A Schema Registry converter for the reference, either format: ``schema_text`` gives a
+    writer schema's text by id (the registry, or a test's table); a Kafka null is Connect's null,
+    other bytes are split at the header and read with their writer schema (:meth:`read`)."""
+
+    def __init__(self, schema_text: Callable[[int], str]):
+        self._schema_text = schema_text
+
+    def to_connect(self, data: bytes | None) -> SchemaAndValue:
+        if data is None:
+            return SchemaAndValue(None, None)
+        schema_id, payload = split_frame(data)
+        return self.read(schema_id, self._schema_text(schema_id), payload)
+
+    def writer_schema(self, data: bytes) -> tuple[int, str]:
+        """The id and text of a framed value's writer schema."""
+        schema_id, _ = split_frame(data)
+        return schema_id, self._schema_text(schema_id)
+
+    @abstractmethod
+    def read(self, schema_id: int, writer: str, payload: bytes) -> SchemaAndValue:
+        """The Connect value of the datum ``payload`` written with schema ``writer``."""

@@ -20,7 +20,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pubsub_connect.model.connect import DATE, DATE_NAMES, DECIMAL, MILLIS_PER_DAY, TIME, TIMESTAMP, Schema, Type
+from pubsub_connect.model.connect import (
+    DATE,
+    DATE_NAMES,
+    DECIMAL,
+    MILLIS_PER_DAY,
+    TIME,
+    TIMESTAMP,
+    JavaDate,
+    Schema,
+    Type,
+)
 from pubsub_connect.model.jsonschema.reference import NOT_JSON, NULL_VALUE
 from pubsub_connect.model.jsonschema.values import BASE64_TEXT, MAX_DECIMAL_DIGITS
 
@@ -296,8 +306,6 @@ def _aliased(outcome: tuple[Column, Column]) -> tuple[Column, Column]:
 def _literal(schema: Schema, default: Any) -> Column:
     """A primitive default in the decoded representation (a date's raw number)."""
     from pyspark.sql import functions as F
-
-    from pubsub_connect.model.connect import JavaDate
 
     if isinstance(default, JavaDate):
         number = default.millis // MILLIS_PER_DAY if schema.name == DATE else default.millis

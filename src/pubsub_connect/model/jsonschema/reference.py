@@ -17,12 +17,11 @@ refuses or reads differently.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
-from pubsub_connect.model.avro.wire import split_frame
+from pubsub_connect.model.avro.wire import FramedConverter
 from pubsub_connect.model.connect import Schema, SchemaAndValue
 from pubsub_connect.model.jsonschema.schema import JsonSchemaError, connect_schema_of
 from pubsub_connect.model.jsonschema.values import MAX_DECIMAL_DIGITS, JsonDataError, to_connect_value
@@ -33,19 +32,12 @@ NOT_JSON = "the bytes are not JSON text (malformed, NaN or Infinity, or a name t
 NULL_VALUE = "the value is null; Connect has no value for it"
 
 
-class RegistryJsonSchemaConverter:
-    """Confluent's ``JsonSchemaConverter`` for the reference: ``schema_text`` gives a writer
-    schema's text by id (the registry, or a test's table)."""
+class RegistryJsonSchemaConverter(FramedConverter):
+    """Confluent's ``JsonSchemaConverter`` for the reference."""
 
-    def __init__(self, schema_text: Callable[[int], str]):
-        self._schema_text = schema_text
-
-    def to_connect(self, data: bytes | None) -> SchemaAndValue:
-        if data is None:
-            return SchemaAndValue(None, None)
-        schema_id, payload = split_frame(data)
+    def read(self, schema_id: int, writer: str, payload: bytes) -> SchemaAndValue:
         try:
-            schema = _schema(self._schema_text(schema_id))
+            schema = _schema(writer)
         except JsonSchemaError as exc:
             raise JsonSchemaError(f"writer schema {schema_id}: {exc}") from None
         value = to_connect_value(schema, parse_json(payload), "$")

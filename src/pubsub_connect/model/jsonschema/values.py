@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 from typing import Any
@@ -111,11 +110,8 @@ def _map(schema: Schema, node: Any, path: str) -> Any:
         if key is None:
             raise JsonDataError(f"{path}[{i}]: a map key is null")
         pairs.append((key, to_connect_value(value_schema, entry["value"], f"{path}[{i}].value")))
-    try:
-        keys = {json.dumps(k, default=repr, sort_keys=True) for k, _ in pairs}
-    except TypeError:  # pragma: no cover - keys are JSON values
-        keys = set()
-    if len(keys) != len(pairs):
+    keys = [k for k, _ in pairs]
+    if any(k in keys[:i] for i, k in enumerate(keys)):  # by equality: keys may be unhashable
         raise JsonDataError(f"{path}: a map has a key twice")
     try:
         return dict(pairs)
