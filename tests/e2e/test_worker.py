@@ -1,6 +1,6 @@
 """``pubsub-connect worker`` driven over HTTP the way Kafka Connect's documentation drives a
 worker: create, pause, resume, stop, move offsets, start again, restart, kill -9 and restart the
-worker, delete — on the real broker and the Pub/Sub emulator, checked by sequence ids.
+worker, delete, the topics each used (KIP-558) — on the real broker and the Pub/Sub emulator, checked by sequence ids.
 
 Two Cloud Pub/Sub sinks read the same Kafka topic into two Pub/Sub topics. B keeps running while
 A is paused, so "nothing flows for A" is shown against data: B delivered every new record in the
@@ -191,6 +191,12 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     worker.wait_state(a, "RUNNING")
     assert [task["state"] for task in worker.request("GET", f"/connectors/{b}/status")[1]["tasks"]] == ["RUNNING"]
     assert sorted(worker.request("GET", "/connectors")[1]) == sorted([a, b])
+    # the topics each used (KIP-558), learnt from their Kafka reads; a reset forgets them until used again
+    for name in (a, b):
+        worker.wait_for(lambda name=name: worker.request("GET", f"/connectors/{name}/topics") ==
+                        (200, {name: {"topics": [topic]}}), f"{name}'s topics")
+    assert worker.request("PUT", f"/connectors/{a}/topics/reset") == (202, None)
+    assert worker.request("GET", f"/connectors/{a}/topics") == (200, {a: {"topics": []}})
 
     # pause A: B delivers the next records, A's group does not move and A's subscription stays empty
     assert worker.request("PUT", f"/connectors/{a}/pause") == (202, None)
@@ -206,6 +212,8 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     assert worker.request("PUT", f"/connectors/{a}/resume") == (202, None)
     assert delivered(a, 30, 60) == list(range(30, 60))
     worker.wait_for(lambda: group_total(kafka_bootstrap, a, topic) == 60, f"{a}'s group at 60")
+    worker.wait_for(lambda: worker.request("GET", f"/connectors/{a}/topics") == (200, {a: {"topics": [topic]}}),
+                    f"{a}'s topic recorded again")
 
     # offsets move only when STOPPED; then A starts again from them
     rewind = {"offsets": [{"partition": {"kafka_topic": topic, "kafka_partition": 0}, "offset": {"kafka_offset": 5}}]}
@@ -246,6 +254,7 @@ def test_worker_rest_api_lifecycle_offsets_and_kill_9(worker: Worker, kafka_boot
     assert worker.request("GET", f"/connectors/{b}") == \
         (404, {"error_code": 404, "message": f"Connector {b} not found"})
     assert worker.request("GET", "/connectors") == (200, [a])
+    assert worker.request("GET", f"/connectors/{b}/topics") == (200, {b: {"topics": []}})
     assert worker.stop() == 0
 
     # the offsets from a shell: readable any time, movable only when the worker has A stopped

@@ -22,6 +22,7 @@ from pubsub_connect.io import checkpoints
 from pubsub_connect.io.services.process import free_port
 from pubsub_connect.pipelines.kafka_position import offsets_json_positions, starting_offsets
 from unit.test_connect_herder import Stages, make_herder, sink
+from waiting import wait_until
 
 
 def call(url: str, method: str, path: str, body: Any = None, auth: tuple[str, str] | None = None) -> tuple[int, Any]:
@@ -70,9 +71,16 @@ def test_connectors_resource_shapes_and_status_codes(api: tuple[str, Stages]) ->
         (200, {"id": 2, "state": "PAUSED", "worker_id": "127.0.0.1:8083"})
     assert call(url, "GET", "/connectors/a/tasks/3/status") == \
         (404, {"error_code": 404, "message": "Task a-3 not found"})
-    assert call(url, "GET", "/connectors/a/topics") == (200, {"a": {"topics": ["in"]}})
+    assert call(url, "GET", "/connectors/a/topics") == (200, {"a": {"topics": []}})  # nothing read yet
     assert call(url, "PUT", "/connectors/a/resume") == (202, None)
-    stages.wait_started("a", 3)
+    ingest = stages.wait_started("a", 3)[0]
+    ingest.recentProgress.append({"batchId": 4, "numInputRows": 2, "sources": [
+        {"description": "KafkaV2[Subscribe[in]]", "startOffset": '{"in":{"0":3}}', "endOffset": '{"in":{"0":5}}'}]})
+    wait_until(lambda: call(url, "GET", "/connectors/a/topics") == (200, {"a": {"topics": ["in"]}}), 30,
+               "the ingest batch's topic recorded")
+    assert call(url, "PUT", "/connectors/a/topics/reset") == (202, None)
+    assert call(url, "GET", "/connectors/a/topics") == (200, {"a": {"topics": []}})
+    assert call(url, "GET", "/connectors/nobody/topics") == (200, {"nobody": {"topics": []}})  # as Connect answers
     status, restarted = call(url, "POST", "/connectors/a/restart?includeTasks=true&onlyFailed=false")
     assert status == 202 and restarted["name"] == "a"
     assert len(stages.wait_started("a", 6)) == 6

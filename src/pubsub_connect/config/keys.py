@@ -371,6 +371,11 @@ WORKER_KEYS: tuple[Key, ...] = (
     _k("listeners", "string", "http://127.0.0.1:8083",
        "pubsub-connect worker: where Kafka Connect's REST API listens (http://host:port). Any address but "
        "loopback requires rest.basic.auth.credentials.file."),
+    _k("topic.tracking.enable", "boolean", True,
+       "pubsub-connect worker: record the Kafka topics each connector uses, for GET /connectors/{name}/topics "
+       "(Connect's KIP-558; when false that endpoint answers 403)."),
+    _k("topic.tracking.allow.reset", "boolean", True,
+       "pubsub-connect worker: whether PUT /connectors/{name}/topics/reset may clear a connector's topics."),
     _k("rest.basic.auth.credentials.file", "string", None,
        "pubsub-connect worker: user=password lines; when set, every REST request needs HTTP basic "
        "authentication as one of these users."),

@@ -24,8 +24,9 @@ from typing import Any
 
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
-from pubsub_connect.config.keys import CPS_SOURCE, LITE_SOURCE, SINK_KINDS
+from pubsub_connect.config.keys import SINK_KINDS
 from pubsub_connect.connect import offsets as connect_offsets
+from pubsub_connect.connect.active_topics import ActiveTopics
 from pubsub_connect.connect.config_store import STARTED, STOPPED, TARGET_STATES, ConfigStore, StoredConnector
 from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
 from pubsub_connect.connect.plugins import HIDDEN, shown
@@ -97,6 +98,7 @@ class Herder:
         self.stages_for = stages_for or (lambda config: connector_stages(config, progress))
         self._mutex = threading.RLock()
         self._connectors: dict[str, ConnectorRuntime] = {}
+        self.active_topics = ActiveTopics(worker.storage_root)
 
     # ---------------------------------------------------------------------------------------
     # lifecycle of the worker
@@ -184,19 +186,23 @@ class Herder:
         return [{"id": {"connector": name, "task": i}, "config": {**config, "task.stage": stage.name}}
                 for i, stage in enumerate(self._tasks(runtime))]
 
+    def _topic_tracking(self, reset: bool = False) -> None:
+        """Connect's 403s when the worker turned topic tracking (or its reset) off."""
+        if not self.worker.get("topic.tracking.enable"):
+            raise HerderError("Topic tracking is disabled.", 403)
+        if reset and not self.worker.get("topic.tracking.allow.reset"):
+            raise HerderError("Topic tracking reset is disabled.", 403)
+
     def topics(self, name: str) -> dict[str, Any]:
-        """The Kafka topics the connector reads or writes: its config's, and for ``topics.regex``
-        those it holds a position in."""
-        config = self._get(name).config
-        found: set[str] = set()
-        if config is not None:
-            found.update(config.get("topics") or [])
-            if config.kind in (CPS_SOURCE, LITE_SOURCE):
-                found.add(str(config.get("kafka.topic")))
-            if config.is_sink and config.get("topics.regex"):
-                found.update(entry["partition"]["kafka_topic"]
-                             for entry in self._offsets_call(connect_offsets.read_offsets, config))
-        return {name: {"topics": sorted(found)}}
+        """``GET /connectors/{name}/topics``: the topics the connector used since it was created or
+        its topics were last reset. As in Connect, a name it does not know has none (not a 404)."""
+        self._topic_tracking()
+        return {name: {"topics": self.active_topics.topics(name)}}
+
+    def reset_topics(self, name: str) -> None:
+        """``PUT /connectors/{name}/topics/reset`` (Connect answers 202 for any name)."""
+        self._topic_tracking(reset=True)
+        self.active_topics.reset(name)
 
     # ---------------------------------------------------------------------------------------
     # changes
@@ -284,6 +290,7 @@ class Herder:
             runtime.lock.release()
             runtime.deleted = True
             self.store.delete(name)
+            self.active_topics.reset(name)
             with self._mutex:
                 self._connectors.pop(name, None)
 
@@ -355,8 +362,13 @@ class Herder:
                 return
             runtime.state = RUNNING
             self.progress(f"[{runtime.name}] running")
-            assert runtime.config is not None
-            run_stages(ctx, runtime.config, runtime.stages, stop)
+            config = runtime.config
+            assert config is not None
+            observe = None
+            if self.worker.get("topic.tracking.enable"):
+                def observe(stage: str, progress: dict[str, Any]) -> None:
+                    self.active_topics.observe(config, stage, progress)
+            run_stages(ctx, config, runtime.stages, stop, observe)
         except BaseException as exc:  # reported in the status, never raised into the worker
             if not stop.is_set():
                 self._failed(runtime, exc)

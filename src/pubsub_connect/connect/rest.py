@@ -143,6 +143,7 @@ class ConnectRestApi:
             ("PUT", re.compile(rf"/connectors/{name}/stop"), self.target(STOPPED, 204)),
             ("POST", re.compile(rf"/connectors/{name}/restart"), self.restart),
             ("GET", re.compile(rf"/connectors/{name}/topics"), lambda q, b, name: (200, self.herder.topics(name))),
+            ("PUT", re.compile(rf"/connectors/{name}/topics/reset"), self.reset_topics),
             ("GET", re.compile(rf"/connectors/{name}/offsets"), lambda q, b, name: (200, self.herder.offsets(name))),
             ("PATCH", re.compile(rf"/connectors/{name}/offsets"),
              lambda q, b, name: (200, self.herder.alter_offsets(name, b))),
@@ -217,6 +218,10 @@ class ConnectRestApi:
             self.herder.set_target(name, state)
             return status, None
         return change
+
+    def reset_topics(self, query: dict, body: Any, name: str) -> tuple[int, Any]:
+        self.herder.reset_topics(name)
+        return 202, None
 
     def restart(self, query: dict, body: Any, name: str) -> tuple[int, Any]:
         include_tasks = _flag(query, "includeTasks")

@@ -105,6 +105,22 @@ def committed_source_offsets(checkpoint: str) -> Any | None:
     return None
 
 
+def initial_source_offsets(checkpoint: str) -> Any | None:
+    """The offsets the first source started from (``sources/0/0``, written by Spark's Kafka source
+    before its first micro-batch: the one batch whose progress has no start), or None when the
+    checkpoint is remote or has none."""
+    if _remote(checkpoint):
+        return None
+    try:
+        text = (_local(checkpoint) / "sources" / "0" / "0").read_text()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    try:
+        return json.loads(text.splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return None
+
+
 def remove(checkpoint: str) -> bool:
     """Delete the checkpoint so the stage starts afresh; returns whether there was one."""
     root = _local(checkpoint)

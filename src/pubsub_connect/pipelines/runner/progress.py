@@ -1,11 +1,18 @@
-"""One progress line per completed micro-batch of each running stage."""
+"""One progress line per completed micro-batch of each running stage, and what else a batch's
+progress tells without touching its data (the Kafka topics it read)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
+
+#: Called with a stage's name and the progress of each of its completed micro-batches.
+ProgressObserver = Callable[[str, dict[str, Any]], None]
+
+KafkaOffsets = dict[str, dict[str, int]]
 
 
 def _format_progress(name: str, progress: dict[str, Any]) -> str:
@@ -20,12 +27,57 @@ def _format_progress(name: str, progress: dict[str, Any]) -> str:
     return f"[{name}] batch={batch} records={rows} rate={rate:,.0f}/s{lag}"
 
 
+def kafka_offsets(value: Any) -> KafkaOffsets | None:
+    """A source's offsets in Kafka's shape ``{topic: {partition: offset}}`` (Spark gives them as
+    JSON text), or None for any other source's (a Delta table's version, Pub/Sub Lite's cursors
+    are not keyed by topic and partition) or for none (a query's first batch has no start)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if not isinstance(value, Mapping) or not value:
+        return None
+    parsed: KafkaOffsets = {}
+    for topic, partitions in value.items():
+        if not isinstance(partitions, Mapping):
+            return None
+        try:
+            parsed[str(topic)] = {str(p): int(o) for p, o in partitions.items()}
+        except (TypeError, ValueError):
+            return None
+    return parsed
+
+
+def kafka_topics_read(progress: Mapping[str, Any], initial: Callable[[], Any | None]) -> set[str]:
+    """The Kafka topics a micro-batch read records from: those with a partition whose offset moved.
+    A query's first batch has no start in its progress; ``initial`` gives the offsets it started
+    from (a partition not in them started at its beginning)."""
+    if not int(progress.get("numInputRows") or 0):
+        return set()
+    read: set[str] = set()
+    for source in progress.get("sources") or []:
+        end = kafka_offsets(source.get("endOffset"))
+        if end is None:
+            continue
+        start = kafka_offsets(source.get("startOffset")) or kafka_offsets(initial()) or {}
+        for topic, partitions in end.items():
+            began = start.get(topic, {})
+            if any(offset > max(began.get(partition, 0), 0) for partition, offset in partitions.items()):
+                read.add(topic)
+    return read
+
+
 class ProgressPrinter:
     """Prints one line per completed micro-batch of each query (polling ``recentProgress``:
-    listeners would need the JVM callback server, which Spark Connect does not offer)."""
+    listeners would need the JVM callback server, which Spark Connect does not offer), and hands
+    each batch's progress to ``observe``."""
 
-    def __init__(self, emit: Callable[[str], None]):
+    def __init__(self, emit: Callable[[str], None], observe: ProgressObserver | None = None,
+                 stage_of: Callable[[str], str] = lambda name: name):
         self.emit = emit
+        self.observe = observe
+        self.stage_of = stage_of
         self.seen: dict[str, int] = {}
 
     def poll(self, queries: Sequence[SupervisedQuery]) -> None:
@@ -38,3 +90,5 @@ class ProgressPrinter:
                 self.seen[name] = batch
                 if int(progress.get("numInputRows") or 0) > 0:
                     self.emit(_format_progress(name, progress))
+                if self.observe is not None:
+                    self.observe(self.stage_of(name), progress)

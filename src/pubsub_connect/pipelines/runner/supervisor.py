@@ -21,7 +21,7 @@ from pubsub_connect.config.loader import ConnectorConfig, WorkerConfig
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, query_name, run_closers
 from pubsub_connect.pipelines.runner.failures import is_transient
-from pubsub_connect.pipelines.runner.progress import ProgressPrinter
+from pubsub_connect.pipelines.runner.progress import ProgressObserver, ProgressPrinter
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
 log = logging.getLogger(__name__)
@@ -208,12 +208,14 @@ class StageRunner:
 
 
 def run_stages(ctx: PipelineContext, config: ConnectorConfig, stages: Sequence[Stage],
-               stop_event: threading.Event | None = None) -> None:
+               stop_event: threading.Event | None = None, observe: ProgressObserver | None = None) -> None:
     """Drive a connector's stages, once (sequentially, each to completion) or continuously.
 
     Either way a stage that fails because a service is unreachable is restarted from its
-    checkpoint (:class:`StageRunner`)."""
-    printer = ProgressPrinter(ctx.progress)
+    checkpoint (:class:`StageRunner`). ``observe`` is given each stage's name and the progress of
+    each of its micro-batches (the worker tracks the topics a connector uses from them)."""
+    prefix = query_name(config, "")
+    printer = ProgressPrinter(ctx.progress, observe, lambda name: name.removeprefix(prefix))
     policy = RestartPolicy.from_worker(ctx.worker)
     if ctx.once:
         for stage in stages:
