@@ -29,6 +29,7 @@ process and a connector that keeps up but needs more memory than the cluster has
 from __future__ import annotations
 
 import argparse
+import contextlib
 import tempfile
 import threading
 import time
@@ -56,6 +57,7 @@ from _streaming import run_together, stage_rows
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.pipelines.cps_sink import STAGES
+from pubsub_connect.pipelines.maintenance import maintained_while_running
 
 PROJECT = "bench-project"
 
@@ -121,6 +123,9 @@ def main() -> None:
     parser.add_argument("--max-records-per-batch", type=int, default=None,
                         help="pipeline.max.records.per.batch (default: N in once mode, the product's default "
                              "in continuous mode)")
+    parser.add_argument("--maintain-every", type=float, default=0.0, metavar="SECONDS",
+                        help="continuous mode: run maintain (retention with outbox.retention.ms=0, compaction, "
+                             "VACUUM) beside the stages this often, as run and the worker do (0: never)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="continuous mode: seconds to wait for all N messages")
     add_engine_argument(parser)
@@ -140,7 +145,8 @@ def main() -> None:
             receiver = DistinctReceiver(subscription, n) if subscription else None
             run = cfg.load_raw(
                 {"name": "bench", "connector.class": "cps-sink", "topics": "bench", "cps.project": PROJECT,
-                 "cps.topic": "sink", "cps.useEmulator": "true", "tasks.max": str(args.tasks)},
+                 "cps.topic": "sink", "cps.useEmulator": "true", "tasks.max": str(args.tasks),
+                 **({"outbox.retention.ms": "0"} if args.maintain_every else {})},
                 {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES[args.engine],
                  **({"pipeline.max.records.per.batch": str(batch)} if batch else {})})
             try:
@@ -150,7 +156,9 @@ def main() -> None:
                     session_s = time.perf_counter() - t0
                     try:
                         if receiver is not None:
-                            result = run_continuous(ctx, run.connectors[0], receiver, n, args.timeout)
+                            with maintained_while_running(ctx, run.connectors[0], args.maintain_every,
+                                                          contextlib.nullcontext):
+                                result = run_continuous(ctx, run.connectors[0], receiver, n, args.timeout)
                         else:
                             e2e_s, stage_times = timed_stages(ctx, run.connectors[0], STAGES)
                     finally:
@@ -182,7 +190,8 @@ def main() -> None:
         ratio = rate["connector steady state"] / limit
         rows = [
             *head,
-            ("engine / mode", f"{args.engine} / continuous, max records per batch: {batch or 'default'}"),
+            ("engine / mode", f"{args.engine} / continuous, max records per batch: {batch or 'default'}"
+                              + (f", maintain every {args.maintain_every:g} s" if args.maintain_every else "")),
             ("connector end-to-end (published)", f"{rate['connector end-to-end']:,.0f} msg/s, "
                                                  f"{result['total_s']:,.1f} s in {result['publish_batches']} "
                                                  "publish batches"),
@@ -196,7 +205,8 @@ def main() -> None:
             *memory_rows,
             ("ratio steady state / slower bare", f"{ratio:.2f}"),
         ]
-        results.update({"rates_msgs_per_s": rate, "total_seconds": result["total_s"],
+        results.update({"maintain_every_s": args.maintain_every, "rates_msgs_per_s": rate,
+                        "total_seconds": result["total_s"],
                         "first_message_seconds": result["first_s"], "steady_span_seconds": result["steady_span_s"],
                         "last_received_seconds": result["received_s"],
                         "duplicates": result["duplicates"], "stage_batch_ms": result["stage_batch_ms"],

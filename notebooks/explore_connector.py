@@ -9,7 +9,7 @@
 # MAGIC `connector` (its .properties file, or its name), `storage_root` (the bundle's variable
 # MAGIC `storage_root`), `catalog` and `schema` (empty for path tables), `shape` (`jobs`, or
 # MAGIC `pipeline` for the tables of the connector's declarative pipeline), `bootstrap_servers`,
-# MAGIC `samples`.
+# MAGIC `samples`, `trace` (a sink's Kafka record as `topic/partition@offset`: its journey).
 
 # COMMAND ----------
 
@@ -22,7 +22,7 @@ from pathlib import Path
 if importlib.util.find_spec("pubsub_connect") is None:
     sys.path.insert(0, str(Path.cwd().parent / "src"))
 
-from pubsub_connect.explore import checkpoints, context, output, tables
+from pubsub_connect.explore import checkpoints, context, output, tables, trace
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 
 # COMMAND ----------
@@ -35,6 +35,7 @@ params = context.notebook_params(globals(), {
     "shape": "jobs",
     "bootstrap_servers": "",
     "samples": "5",
+    "trace": "",
 })
 connector = context.connector_ref(params["connector"])
 store = context.open_store(params["storage_root"], params["catalog"], params["schema"], shape=params["shape"],
@@ -79,3 +80,14 @@ for kind in (BRONZE, OUTBOX, DLQ):
     rows = tables.sample_rows(store, connector.name, kind, limit=int(params["samples"]), width=60)
     print(f"\n{kind} ({len(rows)} newest)")
     print(output.format_table(rows))
+
+# COMMAND ----------
+
+# MAGIC %md ## Trace a record
+
+# COMMAND ----------
+
+if params["trace"]:
+    topic, partition, offset = trace.parse_record(params["trace"])
+    journey = trace.trace(store, connector.name, topic, partition, offset, trace.notebook_maker(params["connector"]))
+    print("\n".join(journey.lines()))

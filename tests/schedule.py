@@ -46,6 +46,11 @@ MEASURED_SECONDS = {
     # Scaled like the cluster file (76 s -> 69 s alone): fewer Spark jobs per settings combination.
     "unit/test_cps_source_batch.py": 172,
     "e2e/test_lite_sink.py": 169,
+    # Measured alone: 168 s (nine one-stage runs and three maintenance runs).
+    "e2e/test_maintenance.py": 168,
+    # Measured alone: 49 s and about 60 s.
+    "e2e/test_replay.py": 50,
+    "e2e/test_trace.py": 60,
     "integration/test_kafka_source.py": 165,
     "integration/test_driver_class_data.py": 138,
     "e2e/test_worker.py": 128,

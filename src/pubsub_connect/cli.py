@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import sys
@@ -41,6 +42,14 @@ def _add_config_args(parser: argparse.ArgumentParser, connectors: str = "+",
                         help="override a key (NAME:KEY=VALUE for one connector); repeatable")
 
 
+def _add_named_connector_args(parser: argparse.ArgumentParser, worker_help: str) -> None:
+    """A command on one connector by name (``offsets``, ``maintain``, ``trace``, ``replay``): its
+    config from the worker's store, or from a file."""
+    parser.add_argument("--worker", "-w", metavar="WORKER.properties", help=worker_help)
+    parser.add_argument("--connector", "-c", metavar="CONNECTOR.properties",
+                        help="the connector's config file (default: the worker's stored config of NAME)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pubsub-connect",
@@ -68,9 +77,36 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("name", help="the connector's name")
     offsets.add_argument("request", nargs="?", metavar="OFFSETS.json",
                          help='alter: {"offsets": [...]} as Connect takes it: the JSON, a file, or - for stdin')
-    offsets.add_argument("--worker", "-w", metavar="WORKER.properties", help="worker config (storage.root, Kafka)")
-    offsets.add_argument("--connector", "-c", metavar="CONNECTOR.properties",
-                         help="the connector's config file (default: the worker's stored config of NAME)")
+    _add_named_connector_args(offsets, "worker config (storage.root, Kafka)")
+
+    maintain = sub.add_parser("maintain", help="retention, compaction and VACUUM of a connector's tables "
+                              "(safe beside the running connector)")
+    maintain.add_argument("name", help="the connector's name")
+    _add_named_connector_args(maintain, "worker config (storage.root, spark.*)")
+
+    trace = sub.add_parser("trace", help="a Kafka record's journey through a sink connector: bronze, message or "
+                           "dead letter, publish batch")
+    trace.add_argument("name", help="the connector's name")
+    trace.add_argument("--topic", required=True)
+    trace.add_argument("--partition", type=int, required=True)
+    trace.add_argument("--offset", type=int, required=True)
+    trace.add_argument("--json", action="store_true", help="print the journey as JSON")
+    _add_named_connector_args(trace, "worker config (storage.root, spark.*)")
+
+    replay = sub.add_parser("replay", help="publish a range of a sink's bronze again (backfill a new "
+                            "subscription's topic with --to-topic)")
+    replay.add_argument("name", help="the connector's name")
+    replay.add_argument("--offsets", action="append", default=[], metavar="TOPIC:PARTITION:FIRST-LAST",
+                        help="Kafka offsets to replay, both ends included (LAST left out: to the end); repeatable")
+    replay.add_argument("--since", metavar="TIME", help="replay records from this ISO-8601 time on (included)")
+    replay.add_argument("--until", metavar="TIME", help="... up to this ISO-8601 time (excluded)")
+    replay.add_argument("--time-column", default="timestamp", choices=("timestamp", "ingest_time"),
+                        help="the time --since/--until compare: the record's Kafka timestamp or bronze's ingest time")
+    replay.add_argument("--to-topic", metavar="TOPIC", help="publish to this topic instead of the connector's")
+    replay.add_argument("--dry-run", action="store_true", help="convert and count, publish nothing")
+    replay.add_argument("--batch-size", type=int, default=100_000, metavar="N",
+                        help="offsets per partition per chunk (one progress line each)")
+    _add_named_connector_args(replay, "worker config (storage.root, spark.*)")
 
     pipeline = sub.add_parser("pipeline", help="a connector as a Lakeflow Declarative Pipeline, run locally")
     pipeline_sub = pipeline.add_subparsers(dest="pipeline_command", required=True)
@@ -166,7 +202,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list) -> int:
+    from pubsub_connect.connect.locks import ConnectorLock
     from pubsub_connect.io.spark import quiet_routine_stops, silence_query_failure_logs
+    from pubsub_connect.pipelines.maintenance import maintained_while_running
     from pubsub_connect.pipelines.runner.signals import install_stop_signals
     from pubsub_connect.pipelines.runner.supervisor import run_stages
     from pubsub_connect.pipelines.runtime import apply_tasks_max, build_context
@@ -188,9 +226,14 @@ def _run_plans(args: argparse.Namespace, run_config: cfg.RunConfig, plans: list)
     threads: list[threading.Thread] = []
     errors: list[BaseException] = []
 
+    every_s = int(run_config.worker.get("pipeline.maintenance.interval.ms")) / 1000
+
     def target(connector: cfg.ConnectorConfig, stages: list) -> None:
-        try:
-            run_stages(ctx, connector, stages, stop)
+        try:  # the tables are maintained by a run of the whole connector, not of a --stage subset
+            with maintained_while_running(ctx, connector, 0 if args.stage else every_s,
+                                          lambda: ConnectorLock(run_config.worker.storage_root, connector.name,
+                                                                ["maintain"])):
+                run_stages(ctx, connector, stages, stop)
         except BaseException as exc:  # surfaced to the main thread below
             errors.append(exc)
             stop.set()
@@ -233,6 +276,51 @@ def cmd_offsets(args: argparse.Namespace) -> int:
     worker = cfg.load_worker(args.worker, [])
     _use_running_services(worker)
     print(offsets_command(worker, args.action, args.name, args.connector, args.request), flush=True)
+    return 0
+
+
+def cmd_maintain(args: argparse.Namespace) -> int:
+    from pubsub_connect.connect.locks import ConnectorLock
+    from pubsub_connect.connect.offsets_command import connector_config
+    from pubsub_connect.pipelines.maintenance import maintain
+    from pubsub_connect.pipelines.runtime import build_context
+
+    worker = cfg.load_worker(args.worker, [])
+    config = connector_config(worker, args.name, args.connector, must_be_stopped=False)
+    with ConnectorLock(worker.storage_root, config.name, ["maintain"]):  # one maintenance run at a time
+        ctx = build_context(worker, once=True, progress=lambda line: print(line, flush=True))
+        for report in maintain(ctx, config):
+            print(report.line(config.name), flush=True)
+    return 0
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    from pubsub_connect.connect.offsets_command import connector_config
+    from pubsub_connect.explore.trace import message_maker, trace
+    from pubsub_connect.pipelines.runtime import build_context
+
+    worker = cfg.load_worker(args.worker, [])
+    config = connector_config(worker, args.name, args.connector, must_be_stopped=False)
+    remake = message_maker(config)
+    ctx = build_context(worker, once=True, progress=lambda line: None)
+    journey = trace(ctx.store, config.name, args.topic, args.partition, args.offset, remake)
+    print(json.dumps(journey.as_dict(), indent=1) if args.json else "\n".join(journey.lines()), flush=True)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from pubsub_connect.connect.offsets_command import connector_config
+    from pubsub_connect.pipelines.replay import replay, replay_range, sink_replay
+    from pubsub_connect.pipelines.runtime import build_context
+
+    worker = cfg.load_worker(args.worker, [])
+    _use_running_services(worker)
+    config = connector_config(worker, args.name, args.connector, must_be_stopped=False)
+    chosen = replay_range(args.offsets, args.since, args.until, args.time_column)
+    ctx = build_context(worker, once=True, progress=lambda line: print(line, flush=True))
+    steps = sink_replay(config, args.to_topic)  # column expressions: after the session
+    report = replay(ctx, config, chosen, steps, dry_run=args.dry_run, batch_size=args.batch_size)
+    print(report.line(config.name, args.dry_run), flush=True)
     return 0
 
 
@@ -332,6 +420,9 @@ COMMANDS = {
     "pipeline": cmd_pipeline,
     "worker": cmd_worker,
     "offsets": cmd_offsets,
+    "maintain": cmd_maintain,
+    "trace": cmd_trace,
+    "replay": cmd_replay,
     "services": cmd_services,
     "quickstart": cmd_quickstart,
     "jars": cmd_jars,

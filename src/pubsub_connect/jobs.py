@@ -127,6 +127,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="stage to run, repeatable (default: every stage of the connector, in order)")
     parser.add_argument("--once", action="store_true",
                         help="drain what is available (trigger availableNow), then exit: scheduled jobs")
+    parser.add_argument("--maintain", action="store_true",
+                        help="instead of stages: retention, compaction and VACUUM of the connector's tables, "
+                             "then exit (the scheduled <connector>_maintain jobs)")
+    replay = parser.add_argument_group("replay (the <connector>_replay jobs; empty values are left out)")
+    replay.add_argument("--replay", action="store_true",
+                        help="instead of stages: publish a range of the sink's bronze again, then exit")
+    replay.add_argument("--offsets", action="append", default=[], metavar="RANGES",
+                        help="topic:partition:first-last ranges, separated by spaces")
+    replay.add_argument("--since", default="", metavar="TIME")
+    replay.add_argument("--until", default="", metavar="TIME")
+    replay.add_argument("--time-column", default="timestamp", metavar="COLUMN")
+    replay.add_argument("--to-topic", default="", metavar="TOPIC")
+    replay.add_argument("--dry-run", nargs="?", const="true", default="false", metavar="true|false")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key; the value may be a secret reference")
     parser.add_argument("--secret-scope", default=None, metavar="SCOPE",
@@ -156,6 +169,11 @@ def run(args: argparse.Namespace, resolver: SecretResolver, emit: Callable[[str]
     if running_on_databricks():
         check_deployment_values(run_config)
     connector = run_config.connectors[0]
+    if args.maintain or args.replay:
+        if args.stage or args.once or (args.maintain and args.replay):
+            raise ConfigError("--maintain and --replay run no stage, and one at a time: leave out --stage and --once")
+        (_maintain if args.maintain else _replay_job(args))(run_config, emit)
+        return
     stages = select_stages(connector, args.stage, emit)
     apply_tasks_max(run_config)
     ctx = build_context(run_config.worker, once=args.once, progress=emit)
@@ -173,6 +191,39 @@ def run(args: argparse.Namespace, resolver: SecretResolver, emit: Callable[[str]
             log.debug("stop signals not installed (not the main thread)")
         run_stages(ctx, connector, stages, stop)
     emit(f"[{connector.name}] {names} done")
+
+
+def _maintain(run_config: cfg.RunConfig, emit: Callable[[str], None]) -> None:
+    """One maintenance run (:mod:`pubsub_connect.pipelines.maintenance`): what ``pubsub-connect
+    maintain`` does, with the job's secrets and storage. One run at a time is the job's
+    ``max_concurrent_runs: 1`` (a lock file on a volume is not one Databricks promises to hold)."""
+    from pubsub_connect.pipelines.maintenance import maintain
+    from pubsub_connect.pipelines.runtime import build_context
+
+    connector = run_config.connectors[0]
+    ctx = build_context(run_config.worker, once=True, progress=emit)
+    emit(f"pubsub-connect-job {__version__}: {connector.name} maintain; storage {ctx.store.root}")
+    for report in maintain(ctx, connector):
+        emit(report.line(connector.name))
+
+
+def _replay_job(args: argparse.Namespace) -> Callable[[cfg.RunConfig, Callable[[str], None]], None]:
+    """One replay (:func:`pubsub_connect.pipelines.replay.replay_from_parameters`) from the job's
+    parameters: what ``pubsub-connect replay`` does."""
+
+    def run_replay(run_config: cfg.RunConfig, emit: Callable[[str], None]) -> None:
+        from pubsub_connect.pipelines.replay import replay_from_parameters, replay_range
+        from pubsub_connect.pipelines.runtime import build_context
+
+        connector = run_config.connectors[0]
+        offsets = " ".join(args.offsets)
+        replay_range(offsets.split(), args.since or None, args.until or None, args.time_column)  # before Spark
+        ctx = build_context(run_config.worker, once=True, progress=emit)
+        emit(f"pubsub-connect-job {__version__}: {connector.name} replay; storage {ctx.store.root}")
+        replay_from_parameters(ctx, connector, offsets, args.since, args.until, args.time_column, args.to_topic,
+                               args.dry_run)
+
+    return run_replay
 
 
 def main(argv: Sequence[str] | None = None, secret_getter: SecretGetter | None = None) -> int:

@@ -630,6 +630,10 @@ def check_task_parameters(bundle: Bundle) -> None:
             errors.append(f"{where}: {exc}")
             continue
         kinds[job_key] = kind
+        if args.maintain or args.replay:  # a maintenance or replay task runs no stage, and alone in its job
+            if args.stage or args.once or len(bundle.jobs[job_key]["tasks"]) != 1:
+                errors.append(f"{where}: --maintain and --replay run alone: no --stage, no --once, no other task")
+            continue
         stages = FUSED_STAGES.get(kind, ()) if "pipeline.mode=fused" in args.overrides else STAGES[kind]
         if len(args.stage) != 1 or args.stage[0] not in stages:
             errors.append(f"{where}: --stage must name one stage of a {kind} connector "

@@ -26,11 +26,17 @@ from pubsub_connect.pipelines.runtime import NotAvailableError, stages_for
 KINDS = tuple(STAGES)
 #: The connectors that also come as a one-task job in pipeline.mode=fused (every connector but the archive).
 FUSED = ("cps_sink", "cps_source", "lite_sink", "lite_source")
+#: The connectors with tables to maintain: a scheduled <connector>_maintain job each.
+MAINTAINED = FUSED
+#: The sinks, whose bronze can be published again: an on-demand <connector>_replay job each.
+REPLAYED = ("cps_sink", "lite_sink")
 
 
 def job_list(kind: str) -> str:
     """A connector's jobs as the bundle checks name them."""
-    return ", ".join([kind, f"{kind}_batch", *([f"{kind}_fused"] if kind in FUSED else [])])
+    return ", ".join([kind, f"{kind}_batch", *([f"{kind}_fused"] if kind in FUSED else []),
+                      *([f"{kind}_maintain"] if kind in MAINTAINED else []),
+                      *([f"{kind}_replay"] if kind in REPLAYED else [])])
 #: The connectors that also come as a declarative pipeline (every kind with tables to declare).
 DECLARATIVE = tuple(sorted(DEFINERS))
 #: What a deploy must give with --var (the variables without a default): an AWS instance type.
@@ -47,10 +53,12 @@ def test_bundle_validates_for_every_target(bundle) -> None:
     assert bundle.config["bundle"]["name"] == "pubsub_connect"
     assert bundle.config["include"] == ["resources/*.yml"]
     assert sorted(bundle.jobs) == sorted([*KINDS, *(f"{k}_batch" for k in KINDS),
-                                          *(f"{k}_declarative" for k in DECLARATIVE), *(f"{k}_fused" for k in FUSED)])
+                                          *(f"{k}_declarative" for k in DECLARATIVE), *(f"{k}_fused" for k in FUSED),
+                                          *(f"{k}_maintain" for k in MAINTAINED), *(f"{k}_replay" for k in REPLAYED)])
     assert {k: p.name for k, p in bundle.job_sources.items()} == {
         **{k: f"{k}.job.yml" for k in KINDS}, **{f"{k}_batch": f"{k}.job.yml" for k in KINDS},
-        **{f"{k}_fused": f"{k}.job.yml" for k in FUSED},
+        **{f"{k}_fused": f"{k}.job.yml" for k in FUSED}, **{f"{k}_maintain": f"{k}.job.yml" for k in MAINTAINED},
+        **{f"{k}_replay": f"{k}.job.yml" for k in REPLAYED},
         **{f"{k}_declarative": f"{k}.pipeline.yml" for k in DECLARATIVE}}
     assert {k: p.name for k, p in bundle.pipeline_sources.items()} == {
         f"{k}_pipeline": f"{k}.pipeline.yml" for k in DECLARATIVE}
@@ -135,6 +143,32 @@ def test_continuous_job_runs_all_stages_side_by_side(bundle, kind: str) -> None:
         ]
 
 
+@pytest.mark.parametrize("kind", MAINTAINED)
+def test_maintain_job_runs_the_maintenance_on_a_schedule(bundle, kind: str) -> None:
+    job = bundle.jobs[f"{kind}_maintain"]
+    assert job["schedule"] == {"quartz_cron_expression": "0 17 * * * ?", "timezone_id": "UTC", "pause_status": "PAUSED"}
+    assert job["max_concurrent_runs"] == 1 and "continuous" not in job
+    [task] = job["tasks"]
+    assert task["python_wheel_task"]["parameters"] == [
+        "--connector", f"{bundle.file_path}/resources/config/{kind}.properties",
+        "--worker", f"{bundle.file_path}/resources/config/worker.properties", "--maintain"]
+    assert task["python_wheel_task"]["entry_point"] == "pubsub-connect-job"
+
+
+@pytest.mark.parametrize("kind", REPLAYED)
+def test_replay_job_takes_its_range_as_job_parameters(bundle, kind: str) -> None:
+    job = bundle.jobs[f"{kind}_replay"]
+    assert "schedule" not in job and "continuous" not in job and job["max_concurrent_runs"] == 1
+    assert {p["name"]: p["default"] for p in job["parameters"]} == {
+        "offsets": "", "since": "", "until": "", "time_column": "timestamp", "to_topic": "", "dry_run": "true"}
+    [task] = job["tasks"]
+    args = jobs.build_parser().parse_args(task["python_wheel_task"]["parameters"])
+    assert args.replay and not args.stage and not args.once
+    assert (args.offsets, args.since, args.until, args.time_column, args.to_topic, args.dry_run) == (
+        ["{{job.parameters.offsets}}"], "{{job.parameters.since}}", "{{job.parameters.until}}",
+        "{{job.parameters.time_column}}", "{{job.parameters.to_topic}}", "{{job.parameters.dry_run}}")
+
+
 @pytest.mark.parametrize("kind", FUSED)
 def test_fused_job_runs_one_task_in_the_fused_mode(bundle, kind: str) -> None:
     job = bundle.jobs[f"{kind}_fused"]
@@ -198,7 +232,8 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
         (connector,) = run_config.connectors
         kind = job["tags"]["connector"]
         assert (connector.name, connector.kind) == (kind, kind), job_key
-        assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative", f"{kind}_fused")
+        assert job_key in (kind, f"{kind}_batch", f"{kind}_declarative", f"{kind}_fused", f"{kind}_maintain",
+                           f"{kind}_replay")
         worker = run_config.worker
         assert worker.bootstrap_servers == bundle.variables["kafka_bootstrap_servers"]
         # the stages around a pipeline use the pipeline's schema and folder, not the jobs'
@@ -216,7 +251,8 @@ def test_every_task_config_loads_with_the_project_config(bundle, monkeypatch: py
             assert connector.get(project_key) == bundle.variables["gcp_project"]
         checked += 1
     declarative = sum(len(before) + len(after) for before, after in JOB_STAGES.values())
-    assert checked == 2 * sum(len(s) for s in STAGES.values()) + declarative + len(FUSED)
+    assert checked == (2 * sum(len(s) for s in STAGES.values()) + declarative + len(FUSED) + len(MAINTAINED)
+                       + len(REPLAYED))
 
 
 @pytest.mark.parametrize("kind", DECLARATIVE)

@@ -118,15 +118,38 @@ def test_a_secret_quoted_by_an_error_is_masked_and_the_exit_code_is_2(
     assert err == f"error: {connector}: tasks.max='{MASK}' is not an integer (value from a secret)\n"
 
 
+def _cps_sink_file(tmp_path: Path) -> str:
+    return _write(tmp_path / "c.properties",
+                  "name=c1\nconnector.class=cps-sink\ntopics=t\ncps.topic=pt\ncps.project=p\n")
+
+
 def test_unknown_stage_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    connector = _write(tmp_path / "c.properties",
-                       "name=c1\nconnector.class=cps-sink\ntopics=t\ncps.topic=pt\ncps.project=p\n")
+    connector = _cps_sink_file(tmp_path)
     with pytest.raises(SystemExit) as exit_info:
         jobs.main(["--connector", connector, "--stage", "publsh"], secret_getter=FakeSecrets({}))
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == (
         "error: unknown stage(s) ['publsh'] for a cps_sink connector in pipeline.mode=staged "
         "(stages: ingest, convert, publish)\n")
+
+
+def test_maintain_runs_no_stage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    connector = _cps_sink_file(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(["--connector", connector, "--maintain", "--once"], secret_getter=FakeSecrets({}))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (
+        "error: --maintain and --replay run no stage, and one at a time: leave out --stage and --once\n")
+
+
+def test_replay_job_parameters_left_empty_are_options_left_out(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    connector = _cps_sink_file(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        jobs.main(["--connector", connector, "--replay", "--offsets", "", "--since", "", "--until", "",
+                   "--to-topic", "", "--dry-run", "true"], secret_getter=FakeSecrets({}))
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: replay: give --offsets topic:partition:first-last, or --since/--until\n"
 
 
 def test_redacting_filter_masks_messages_arguments_and_tracebacks() -> None:

@@ -99,6 +99,32 @@ def test_explore_connector_shows_counts_offsets_lag_and_samples(
     assert row.split()[:6] == ["convert", deployed.topic, "1", "1", "k4", "not"]
 
 
+@pytest.mark.parametrize(("record", "last_line"), [
+    ("0@1", "  published: not yet: waiting in the outbox for the publish stage"),
+    ("1@1", None),
+])
+def test_explore_connector_traces_a_record(deployed: Deployed, spark, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str], record: str,
+                                           last_line: str | None) -> None:
+    args = [*_common_args(deployed), "--samples", "0", "--trace", f"{deployed.topic}/{record}"]
+    out = _run("explore_connector.py", args, monkeypatch, capsys)
+    journey = out.split(f"\n{deployed.topic}/{record}\n", 1)[1].splitlines()
+    assert journey[0].startswith("  bronze: ")
+    if last_line is not None:  # converted: the message the outbox holds, not yet published
+        assert journey[1] == "  message (outbox): data='m1', attributes={'key': 'k1'}, ordering_key=''"
+        assert journey[2:] == [last_line]
+    else:  # not JSON: its dead letter
+        assert journey[1].startswith("  dead letter: stage='convert'") and len(journey) == 2
+
+
+def test_replay_notebook_counts_a_range_in_a_dry_run(deployed: Deployed, spark, monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--connector", str(deployed.connector_file), "--worker", str(deployed.root.parent / "worker.properties"),
+            "--offsets", f"{deployed.topic}:1:0-1 {deployed.topic}:0:2-", "--dry_run", "true"]
+    out = _run("replay.py", args, monkeypatch, capsys)
+    assert out.splitlines()[-1] == f"[{deployed.name}.replay] 3 records: would publish 2, 1 dead letters"
+
+
 def test_offsets_notebook_lists_each_stage_checkpoint(
         deployed: Deployed, spark, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     out = _run("offsets.py", [*_common_args(deployed), "--bootstrap_servers", deployed.bootstrap],

@@ -209,10 +209,10 @@ def test_format_table_and_display_values() -> None:
         "bronze  12    2024-01-02 03:04:05\n"
         "dlq     -     -")
     assert output.format_table([]) == "(no rows)"
-    assert tables._display_value(b"hello", 10) == "hello"
-    assert tables._display_value(b"\xff\x00", 20) == "base64:/wA="
-    assert tables._display_value("x" * 12, 10) == "xxxxxxxxx…"
-    assert tables._display_value({"k": [b"v"]}, 10) == {"k": ["v"]}
+    assert tables.display_value(b"hello", 10) == "hello"
+    assert tables.display_value(b"\xff\x00", 20) == "base64:/wA="
+    assert tables.display_value("x" * 12, 10) == "xxxxxxxxx…"
+    assert tables.display_value({"k": [b"v"]}, 10) == {"k": ["v"]}
 
 
 def test_stage_order_matches_the_bundle_stages() -> None:

@@ -184,6 +184,16 @@ COMMON_KEYS: tuple[Key, ...] = (
     _k("errors.log.enable", "boolean", False, "Log every dead-lettered record (without its bytes)."),
     _k("pipeline.mode", "enum", None, "How the connector runs (default: the worker's pipeline.mode). "
        + PIPELINE_MODE_DOC, choices=PIPELINE_MODES),
+    _k("bronze.retention.ms", "long", -1,
+       "pubsub-connect maintain: delete bronze rows ingested longer ago than this, once the convert stage has "
+       "read them (-1: keep every row; bronze is what replay and trace read).", min=-1),
+    _k("outbox.retention.ms", "long", 86_400_000,
+       "pubsub-connect maintain: delete outbox rows committed longer ago than this, once the publish/produce "
+       "stage has sent them (-1: keep; the default day leaves trace and the Pub/Sub source's redelivery check "
+       "their recent rows).", min=-1),
+    _k("dlq.retention.ms", "long", -1,
+       "pubsub-connect maintain: delete dead letters that failed longer ago than this (-1: keep every one).",
+       min=-1),
 )
 
 SINK_TOPIC_KEYS: tuple[Key, ...] = (
@@ -366,6 +376,9 @@ WORKER_KEYS: tuple[Key, ...] = (
        "(Connect commits, and the original archive sink uploads, at this interval).", min=0),
     _k("pipeline.mode", "enum", "staged", "Default pipeline.mode of the worker's connectors. " + PIPELINE_MODE_DOC,
        choices=PIPELINE_MODES),
+    _k("pipeline.maintenance.interval.ms", "long", 3_600_000,
+       "pubsub-connect run and worker: run maintain (retention, compaction, VACUUM) on each running connector's "
+       "tables this often, beside its stages (0: only the maintain command and the bundle's maintain jobs).", min=0),
     _k("pipeline.offsets.topic", "string", "pubsub-connect-offsets",
        "Kafka topic where source connectors record committed produce batches (exactly-once)."),
     _k("listeners", "string", "http://127.0.0.1:8083",

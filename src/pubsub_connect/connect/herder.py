@@ -32,6 +32,7 @@ from pubsub_connect.connect.locks import ConnectorBusyError, ConnectorLock
 from pubsub_connect.connect.plugins import HIDDEN, shown
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import PipelineContext, Stage, lock_names
+from pubsub_connect.pipelines.maintenance import maintained_while_running
 from pubsub_connect.pipelines.runner.supervisor import run_stages
 
 log = logging.getLogger(__name__)
@@ -368,7 +369,10 @@ class Herder:
             if self.worker.get("topic.tracking.enable"):
                 def observe(stage: str, progress: dict[str, Any]) -> None:
                     self.active_topics.observe(config, stage, progress)
-            run_stages(ctx, config, runtime.stages, stop, observe)
+            every_s = int(self.worker.get("pipeline.maintenance.interval.ms")) / 1000
+            with maintained_while_running(ctx, config, every_s, lambda: ConnectorLock(self.worker.storage_root,
+                                                                                     config.name, ["maintain"])):
+                run_stages(ctx, config, runtime.stages, stop, observe)
         except BaseException as exc:  # reported in the status, never raised into the worker
             if not stop.is_set():
                 self._failed(runtime, exc)

@@ -79,7 +79,7 @@ def local_path(path: str) -> Path:
     return Path(path)
 
 
-def _batch_ids(folder: Path) -> list[int]:
+def batch_ids(folder: Path) -> list[int]:
     if not folder.is_dir():
         return []
     return sorted(int(p.name) for p in folder.iterdir() if _BATCH_FILE.match(p.name) and p.is_file())
@@ -122,8 +122,8 @@ def parse_offset_log(text: str) -> tuple[dict[str, Any], tuple[SourceOffsets, ..
 def checkpoint_state(path: str, stage: str = "") -> CheckpointState:
     """Read a stage's checkpoint folder (see the package docstring for the file semantics)."""
     root = local_path(path)
-    committed_ids = _batch_ids(root / "commits")
-    planned_ids = _batch_ids(root / "offsets")
+    committed_ids = batch_ids(root / "commits")
+    planned_ids = batch_ids(root / "offsets")
     last = committed_ids[-1] if committed_ids else None
     committed: tuple[SourceOffsets, ...] = ()
     stamp: dt.datetime | None = None

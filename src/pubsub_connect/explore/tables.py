@@ -29,7 +29,7 @@ def table_counts(store: TableStore, connector: str) -> dict[str, int | None]:
 _ORDER_COLUMNS = ("failed_at", "ingest_time", "offset")
 
 
-def _display_value(value: Any, width: int) -> Any:
+def display_value(value: Any, width: int) -> Any:
     """Bytes as text when they are UTF-8, else ``base64:``; long text cut to ``width``."""
     if isinstance(value, (bytes, bytearray)):
         try:
@@ -37,11 +37,11 @@ def _display_value(value: Any, width: int) -> Any:
         except UnicodeDecodeError:
             value = "base64:" + base64.b64encode(bytes(value)).decode("ascii")
     if isinstance(value, dict):
-        return {k: _display_value(v, width) for k, v in value.items()}
+        return {k: display_value(v, width) for k, v in value.items()}
     if isinstance(value, list):
-        return [_display_value(v, width) for v in value]
+        return [display_value(v, width) for v in value]
     if hasattr(value, "asDict"):
-        return _display_value(value.asDict(), width)
+        return display_value(value.asDict(), width)
     if isinstance(value, str) and len(value) > width:
         return value[: width - 1] + "…"
     return value
@@ -58,5 +58,5 @@ def sample_rows(store: TableStore, connector: str, kind: str, limit: int = 5,
     order = next((c for c in _ORDER_COLUMNS if c in df.columns), None)
     if order:
         df = df.orderBy(df[order].desc())
-    return [{k: _display_value(v, width) for k, v in row.asDict(recursive=False).items()}
+    return [{k: display_value(v, width) for k, v in row.asDict(recursive=False).items()}
             for row in df.limit(limit).collect()]

@@ -69,9 +69,9 @@ def added_file_sizes(table_path: str, version: int) -> list[tuple[str, int]]:
         if add is not None and add.get("dataChange", True):
             files.append((unquote(add["path"]), int(add.get("size") or 0)))
         if action.get("remove") is not None and action["remove"].get("dataChange", True):
-            raise ValueError(
-                f"{table_path} version {version} removes data: only append-only tables can be streamed"
-            )
+            # a deletion (retention) rewrites rows the stream read when they were appended:
+            # the commit is skipped whole, as Delta's skipChangeCommits does
+            return []
     return files
 
 

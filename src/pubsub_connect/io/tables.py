@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from pubsub_connect.io.batch_marks import batch_mark, last_marked_batch
 from pubsub_connect.io.spark import Capabilities
+from pubsub_connect.io.table_maintenance import ROW_TRACKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -318,6 +319,10 @@ class SparkDeltaTableStore(TableStore):
             return
         from delta.tables import DeltaTable
 
+        # row tracking: each row keeps its commit version through compaction, which is how
+        # retention tells the rows a reading stage has consumed (:mod:`.table_maintenance`)
+        properties = {ROW_TRACKING: "true", **(properties or {})}
+
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append. ``create``, not ``createIfNotExists``: it fails when the
         # table exists, so a success means this store made it, empty.
@@ -374,16 +379,16 @@ class SparkDeltaTableStore(TableStore):
         rows = self.spark.sql(f"DESCRIBE HISTORY {target} LIMIT {int(count)}").select("version", "userMetadata")
         return [row.userMetadata for row in sorted(rows.collect(), key=lambda row: -row.version)]
 
-    def _sql_target(self, table: TableRef) -> str:
+    def sql_target(self, table: TableRef) -> str:
         return self.table_name(table) or "delta.`{}`".format(self.path(table).replace("`", "``"))
 
     def version(self, table: TableRef) -> int:
-        return int(self.spark.sql(f"DESCRIBE HISTORY {self._sql_target(table)} LIMIT 1").select("version").first()[0])
+        return int(self.spark.sql(f"DESCRIBE HISTORY {self.sql_target(table)} LIMIT 1").select("version").first()[0])
 
     def commit_note(self, table: TableRef, note: str) -> int:
         # a property change always commits a version (an empty append commits none on Delta Lake)
         text = note.replace("\\", "\\\\").replace("'", "\\'")
-        self.spark.sql(f"ALTER TABLE {self._sql_target(table)} SET TBLPROPERTIES ('pubsub-connect.note' = '{text}')")
+        self.spark.sql(f"ALTER TABLE {self.sql_target(table)} SET TBLPROPERTIES ('pubsub-connect.note' = '{text}')")
         return self.version(table)
 
     def append_batch(self, table: TableRef, df: DataFrame, app_id: str, batch_id: int) -> bool:
@@ -436,7 +441,8 @@ class SparkDeltaTableStore(TableStore):
 
     def read_stream(self, table: TableRef, max_files_per_trigger: int | None = None,
                     max_bytes_per_trigger: int | None = None, starting_version: int | None = None) -> DataFrame:
-        reader = self.spark.readStream.format("delta")
+        # a retention deletion or compaction commit is not new data for the next stage
+        reader = self.spark.readStream.format("delta").option("skipChangeCommits", "true")
         if starting_version is not None:
             reader = reader.option("startingVersion", str(starting_version))
         if max_files_per_trigger:

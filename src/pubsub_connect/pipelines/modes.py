@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io import checkpoints
-from pubsub_connect.io.tables import BRONZE, TableRef
+from pubsub_connect.io.tables import BRONZE, TableRef, TableStore
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, StageFn, run_closers
 
 if TYPE_CHECKING:
@@ -73,14 +73,19 @@ def _bookkept(ctx: PipelineContext, config: ConnectorConfig) -> bool:
 
 
 def last_mode(ctx: PipelineContext, config: ConnectorConfig) -> str | None:
-    """The mode that last owned the connector's position: ``mode.json``, else staged when the
+    """The mode that last owned the connector's position (:func:`stored_mode`)."""
+    return stored_mode(ctx.store, config.name)
+
+
+def stored_mode(store: TableStore, name: str) -> str | None:
+    """The mode that last owned connector ``name``'s position: ``mode.json``, else staged when the
     connector ran before modes existed (its Kafka position, its convert checkpoint or its bronze
     table exists: a source that only pulled has the last alone), else None (a new connector)."""
-    recorded = checkpoints.read_json(_mode_file(ctx, config))
+    recorded = checkpoints.read_json(checkpoints.beside(store.checkpoint(name, POSITION_STAGE), MODE_FILE))
     if recorded is not None:
         return str(recorded["mode"])
-    ran = (any(checkpoints.exists(ctx.store.checkpoint(config.name, stage)) for stage in (POSITION_STAGE, "convert"))
-           or ctx.store.exists(TableRef(BRONZE, config.name)))
+    ran = (any(checkpoints.exists(store.checkpoint(name, stage)) for stage in (POSITION_STAGE, "convert"))
+           or store.exists(TableRef(BRONZE, name)))
     return STAGED if ran else None
 
 

@@ -1,0 +1,234 @@
+"""A Kafka record's journey through a sink connector: ``pubsub-connect trace NAME --topic T
+--partition P --offset O``, and the explore notebook's trace cell.
+
+Why from the tables and the checkpoint alone: the question comes after the fact ("did offset 42
+reach Pub/Sub, and as what?"), when the record is long gone from the stages' memory. Bronze holds
+the record as ingested; the outbox the message the convert stage made of it (what the publish
+stage sent), or the dead letters why there is none; the publish stage's checkpoint which of its
+micro-batches read the outbox version the row was committed in (its row tracking keeps that
+version), and when that batch committed, which is when Pub/Sub had accepted every message of it.
+A message the outbox no longer holds (its retention, or the fused mode, which has no outbox) is
+made again by the connector's data model from the bronze row, and marked so.
+
+The Pub/Sub message id is not recorded: it would cost the publish stage a second write per
+micro-batch (a Delta append is 0.3-0.4 s on two cores, ``benchmarks/README.md``), where its
+whole batch is a few tenths of a second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import CPS_SINK, LITE_SINK
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.explore.checkpoints import batch_ids, local_path, parse_offset_log
+from pubsub_connect.explore.tables import display_value
+from pubsub_connect.io import table_maintenance
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, SparkDeltaTableStore, TableRef, TableStore
+from pubsub_connect.pipelines.maintenance import consumed_below
+from pubsub_connect.pipelines.modes import FUSED, stored_mode
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+#: A bronze row (a one-row frame) → the message the data model makes of it, or None.
+MessageMaker = Callable[["DataFrame"], "dict[str, Any] | None"]
+
+UTC = dt.timezone.utc
+#: Where a shown message comes from.
+FROM_OUTBOX = "outbox"
+REMADE = "made again from bronze by the current data model"
+
+
+@dataclass
+class Journey:
+    """What the tables and the publish checkpoint know of one record."""
+
+    record: str
+    bronze: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    message_from: str | None = None
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    published: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"record": self.record, "bronze": self.bronze, "message": self.message,
+                "message_from": self.message_from, "dead_letters": self.dead_letters, "published": self.published}
+
+    def lines(self) -> list[str]:
+        out = [self.record]
+        if self.bronze is not None:
+            out.append(f"  bronze: {_fields(self.bronze)}")
+        if self.message is not None:
+            out.append(f"  message ({self.message_from}): {_fields(self.message)}")
+        out.extend(f"  dead letter: {_fields(row)}" for row in self.dead_letters)
+        if self.published is not None:
+            out.append(f"  published: {self.published}")
+        return out
+
+
+def _fields(row: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in row.items())
+
+
+def _shown(row: Any, width: int = 200) -> dict[str, Any]:
+    return {k: (v.astimezone(UTC).isoformat() if isinstance(v, dt.datetime) else display_value(v, width))
+            for k, v in row.asDict(recursive=False).items()}
+
+
+def _coordinates(df: DataFrame, topic: str, partition: int, offset: int) -> DataFrame:
+    return df.filter((F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset))
+
+
+def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
+          remake: MessageMaker | None = None) -> Journey:
+    """The journey of Kafka record ``topic``/``partition``@``offset`` through sink connector
+    ``name``; ``remake`` (:func:`message_maker`) makes its message again when the outbox has
+    none. Raises :class:`ConfigError` (one line) when none of its tables holds the record."""
+    journey = Journey(f"{topic}/{partition}@{offset}")
+    tables = {kind: TableRef(kind, name) for kind in (BRONZE, OUTBOX, DLQ)}
+    bronze_rows = (_versioned(store, tables[BRONZE], _coordinates(store.read(tables[BRONZE]), topic, partition,
+                                                                  offset)).limit(1).collect()
+                   if store.exists(tables[BRONZE]) else [])
+    bronze_version = None
+    if bronze_rows:
+        journey.bronze = _shown(bronze_rows[0])
+        bronze_version = journey.bronze.pop("_version", None)
+    if store.exists(tables[DLQ]):
+        journey.dead_letters = [_shown(row) for row in _coordinates(store.read(tables[DLQ]), topic, partition, offset)
+                                .orderBy("failed_at").collect()]
+    if journey.bronze is None and not journey.dead_letters:
+        raise ConfigError(f"{name}: no record {journey.record} in its bronze table or dead letters"
+                          f"{_held(store, tables[BRONZE], topic, partition)}")
+    version = _outbox_message(store, tables[OUTBOX], journey, topic, partition, offset)
+    if journey.message is None and bronze_rows and not journey.dead_letters and remake is not None:
+        journey.message = remake(_coordinates(store.read(tables[BRONZE]), topic, partition, offset).limit(1))
+        journey.message_from = REMADE if journey.message is not None else None
+    if journey.message is None:
+        return journey
+    if stored_mode(store, name) == FUSED:
+        journey.published = "by the fused query, in the micro-batch that landed it in bronze"
+    elif journey.message_from == FROM_OUTBOX:
+        journey.published = _published(store, name, version)
+    elif bronze_version is not None and consumed_below(store.checkpoint(name, "convert")) <= bronze_version:
+        journey.published = "not yet: waiting in bronze for the convert stage"
+    else:  # converted, and its outbox row deleted: retention deletes only what the publish stage read
+        journey.published = "by the publish stage; its outbox row has expired since (outbox.retention.ms)"
+    return journey
+
+
+def _versioned(store: TableStore, table: TableRef, rows: DataFrame) -> DataFrame:
+    """``rows`` with the version each was committed in (``_version``), where the table keeps it."""
+    if isinstance(store, SparkDeltaTableStore) and table_maintenance.has_row_tracking(store.spark,
+                                                                                      store.sql_target(table)):
+        return rows.withColumn("_version", F.col("_metadata.row_commit_version"))
+    return rows
+
+
+def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> str:
+    """What bronze holds of the partition, for the one-line answer to an unknown offset."""
+    if not store.exists(bronze):
+        return " (it has no bronze table yet)"
+    bounds = (store.read(bronze).filter((F.col("topic") == topic) & (F.col("partition") == partition))
+              .agg(F.min("offset"), F.max("offset"), F.count(F.lit(1))).first())
+    if not bounds or not bounds[2]:
+        return f" (bronze holds nothing of {topic}/{partition})"
+    return f" (bronze holds {bounds[2]:,} records of {topic}/{partition}, offsets {bounds[0]}..{bounds[1]})"
+
+
+def _outbox_message(store: TableStore, outbox: TableRef, journey: Journey, topic: str, partition: int,
+                    offset: int) -> int | None:
+    """The outbox row's message (what was sent) and the version it was committed in, if known."""
+    if not store.exists(outbox):
+        return None
+    found = _versioned(store, outbox, _coordinates(store.read(outbox), topic, partition, offset)).limit(1).collect()
+    if not found:
+        return None
+    message = _shown(found[0])
+    version = message.pop("_version", None)
+    for coordinate in ("topic", "partition", "offset"):
+        message.pop(coordinate, None)
+    journey.message, journey.message_from = message, FROM_OUTBOX
+    return int(version) if version is not None else None
+
+
+def message_maker(config: ConnectorConfig) -> MessageMaker:
+    """What the connector's current data model makes of a bronze row: its message (None when it
+    makes none, e.g. of a record without value and attributes, or a dead letter)."""
+    if config.kind not in (CPS_SINK, LITE_SINK):
+        raise ConfigError(f"{config.name}: trace follows a Kafka record through a sink connector "
+                          f"(Cloud Pub/Sub or Lite), not a {config.kind}")
+
+    def remake(row: DataFrame) -> dict[str, Any] | None:
+        if config.kind == CPS_SINK:
+            from pubsub_connect.model.cps_sink.batch import CpsSinkConversion
+            from pubsub_connect.pipelines.cps_sink import OUTBOX_COLUMNS, sink_settings
+            from pubsub_connect.pipelines.writer_schemas import body_schema_check, writer_schema_lookup
+
+            conversion = CpsSinkConversion(sink_settings(config), schemas=writer_schema_lookup(config),
+                                           body_schemas=body_schema_check(config))
+            converted = conversion.to_outbox(row)
+            columns = [c for c in OUTBOX_COLUMNS if c not in ("topic", "partition", "offset")]
+        else:
+            from pubsub_connect.pipelines.lite_sink import converted_rows
+
+            converted = converted_rows(row, config)
+            columns = ["key", "data", "attributes", "event_time"]
+        found = converted.filter(F.col("error_class").isNull() & F.col("data").isNotNull()).select(*columns).collect()
+        return _shown(found[0]) if found else None
+
+    return remake
+
+
+def _published(store: TableStore, name: str, version: int | None) -> str:
+    """Which micro-batch of the publish stage sent the outbox version ``version``, and when."""
+    checkpoint = local_path(store.checkpoint(name, "publish"))
+    committed = batch_ids(checkpoint / "commits")
+    if version is None:
+        return "unknown (the outbox has no row tracking yet: pubsub-connect maintain turns it on)"
+    for batch in committed:
+        offsets = checkpoint / "offsets" / str(batch)
+        if not offsets.is_file():
+            continue
+        _, sources = parse_offset_log(offsets.read_text(encoding="utf-8"))
+        raw = sources[0].raw if sources else None
+        if not isinstance(raw, dict) or raw.get("isStartingVersion"):
+            continue
+        read_through = int(raw["reservoirVersion"]) - 1  # a version part-read counts once read whole
+        if read_through >= version:
+            when = dt.datetime.fromtimestamp((checkpoint / "commits" / str(batch)).stat().st_mtime, UTC)
+            # Spark keeps the newest batches' files only: the oldest kept may stand for earlier ones
+            oldest = " (or earlier: the oldest batch the checkpoint keeps)" if batch == committed[0] > 0 else ""
+            return f"by publish batch {batch}{oldest}, committed {when.isoformat(timespec='seconds')}"
+    return "not yet: waiting in the outbox for the publish stage"
+
+
+def parse_record(text: str) -> tuple[str, int, int]:
+    """``topic/partition@offset`` (how :class:`Journey` names a record) → its three parts."""
+    topic, _, rest = text.rpartition("/")
+    partition, _, offset = rest.partition("@")
+    if not topic or not partition.isdigit() or not offset.isdigit():
+        raise ConfigError(f"trace {text!r}: name the record as topic/partition@offset, e.g. orders/0@42")
+    return topic, int(partition), int(offset)
+
+
+def notebook_maker(connector: str) -> MessageMaker | None:
+    """The notebook's message maker: from the connector's ``.properties`` when it names one and
+    they load here (a secret reference that only a job resolves leaves none: the outbox's message
+    is then the only one shown)."""
+    if not connector.endswith(".properties"):
+        return None
+    from pubsub_connect.config import loader as cfg
+    from pubsub_connect.config.properties import read_properties
+
+    try:
+        return message_maker(cfg.validate_connector(read_properties(connector), connector))
+    except ConfigError:
+        return None
+

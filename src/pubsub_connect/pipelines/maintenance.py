@@ -1,0 +1,216 @@
+"""Keeping a connector's tables healthy for months: retention, compaction, VACUUM.
+
+Why here: each stage commits one Delta version per micro-batch, so a table that nobody looks
+after collects a small file per commit forever. ``pubsub-connect maintain NAME`` (a job of the
+bundle, or by hand beside a running connector) does, per table of the connector:
+
+1. **retention** (``bronze.retention.ms``, ``outbox.retention.ms``, ``dlq.retention.ms``; -1
+   keeps every row): deletes the rows older than the retention *and* committed before the
+   position of every stage that streams the table (its checkpoint's Delta offset), so a stage
+   that is behind — stopped, failing, slow — holds back its input's retention, never loses it;
+2. **compaction** (``OPTIMIZE``), and 3. **VACUUM** within Delta's own retention;
+
+and skips 2 and 3 on a Unity Catalog table that Databricks' predictive optimization maintains.
+
+How old a row is: bronze rows carry ``ingest_time`` and dead letters ``failed_at``; an outbox row
+is as old as its commit, known from the samples ``(table version, time)`` each run keeps beside the
+checkpoints (``maintenance.json``): a row counts as older than the retention once a sample that
+old names a version at or after its commit (no clock but this one's is compared).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+
+from pubsub_connect.config.errors import ConfigError
+from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
+from pubsub_connect.config.loader import ConnectorConfig
+from pubsub_connect.io import checkpoints, table_maintenance
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, PipelineTableStore, SparkDeltaTableStore, TableRef
+from pubsub_connect.model.error_text import error_line
+from pubsub_connect.pipelines.context import PipelineContext
+from pubsub_connect.pipelines.modes import FUSED, last_mode
+
+log = logging.getLogger(__name__)
+
+#: Beside the connector's checkpoints: when each table was at which version.
+SAMPLES_FILE = "maintenance.json"
+#: Samples kept per table (one per run): at one run an hour, three weeks of them.
+KEPT_SAMPLES = 500
+
+#: Per connector kind and table: the columns that identify a row, and the staged mode's stage
+#: that streams the table (whose position holds back its retention).
+KAFKA_KEYS = ("topic", "partition", "offset")
+TABLES: dict[str, dict[str, tuple[tuple[str, ...], str | None]]] = {
+    CPS_SINK: {BRONZE: (KAFKA_KEYS, "convert"), OUTBOX: (KAFKA_KEYS, "publish")},
+    LITE_SINK: {BRONZE: (KAFKA_KEYS, "convert"), OUTBOX: (KAFKA_KEYS, "publish")},
+    CPS_SOURCE: {BRONZE: (("message_id", "ingest_time"), "convert"), OUTBOX: (("message_id",), "produce")},
+    LITE_SOURCE: {BRONZE: (("partition", "offset"), "convert"), OUTBOX: (("lite_partition", "lite_offset"), "produce")},
+}
+#: The column that dates a row, where the table has one.
+AGE_COLUMNS = {BRONZE: "ingest_time", DLQ: "failed_at"}
+
+
+@dataclass
+class TableReport:
+    """What one run did to one table."""
+
+    kind: str
+    deleted: int = 0
+    files_before: int = 0
+    files_after: int = 0
+    bytes_after: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def line(self, connector: str) -> str:
+        notes = "".join(f"; {note}" for note in self.notes)
+        return (f"[{connector}.maintain] {self.kind}: deleted {self.deleted:,} rows, files {self.files_before:,} → "
+                f"{self.files_after:,} ({self.bytes_after / 1e6:,.1f} MB){notes}")
+
+
+def consumed_below(checkpoint: str) -> int:
+    """The first table version a streaming stage has not wholly read (0 when it has read nothing:
+    no checkpoint, or still reading its first snapshot), from its committed Delta offset."""
+    offset = checkpoints.committed_source_offsets(checkpoint)
+    if not isinstance(offset, dict) or offset.get("isStartingVersion"):
+        return 0
+    return int(offset.get("reservoirVersion", 0))
+
+
+class VersionSamples:
+    """``(version, epoch ms)`` per table, one per run, oldest first (:data:`SAMPLES_FILE`)."""
+
+    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
+        self.path = checkpoints.beside(ctx.store.checkpoint(config.name, "maintain"), SAMPLES_FILE)
+        self.samples: dict[str, list[list[int]]] = checkpoints.read_json(self.path) or {}
+
+    def add(self, kind: str, version: int, now_ms: int) -> None:
+        self.samples.setdefault(kind, []).append([version, now_ms])
+        del self.samples[kind][:-KEPT_SAMPLES]
+
+    def version_at(self, kind: str, when_ms: int) -> int | None:
+        """The newest sampled version at or before ``when_ms`` (None: no sample that old)."""
+        older = [version for version, at in self.samples.get(kind, []) if at <= when_ms]
+        return max(older) if older else None
+
+    def save(self) -> None:
+        checkpoints.write_json(self.path, self.samples)
+
+
+def _retention_ms(config: ConnectorConfig, kind: str) -> int:
+    return int(config.get(f"{kind}.retention.ms"))
+
+
+def maintain(ctx: PipelineContext, config: ConnectorConfig,
+             now_ms: Callable[[], int] | None = None) -> list[TableReport]:
+    """One maintenance run over the connector's tables; one report per table that exists."""
+    store = ctx.store
+    if not isinstance(store, SparkDeltaTableStore) or isinstance(store, PipelineTableStore):
+        raise ConfigError(f"{config.name}: maintain runs on Delta Lake tables kept by the connector's stages "
+                          "(pipeline.tables.implementation=delta-spark); a declarative pipeline maintains its own")
+    if checkpoints.is_remote(store.checkpoint(config.name, "maintain")):
+        raise ConfigError(f"{config.name}: maintain reads the stages' positions and keeps its samples beside the "
+                          "checkpoints, which needs them on a path (a local folder, a /Volumes or /dbfs mount)")
+    spark = ctx.spark
+    clock = now_ms or (lambda: int(time.time() * 1000))
+    now = clock()
+    staged = last_mode(ctx, config) != FUSED
+    samples = VersionSamples(ctx, config)
+    reports: list[TableReport] = []
+    for kind in (BRONZE, OUTBOX, DLQ):
+        table = TableRef(kind, config.name)
+        if not store.exists(table):
+            continue
+        target = store.sql_target(table)
+        report = TableReport(kind, files_before=table_maintenance.describe(spark, target).files)
+        if not table_maintenance.has_row_tracking(spark, target):
+            table_maintenance.enable_row_tracking(spark, target)
+            report.notes.append("row tracking turned on (rows older than this run become deletable later)")
+        version = store.version(table)
+        samples.add(kind, version, now)
+        retention = _retention_ms(config, kind)
+        if retention >= 0:
+            report.deleted = _expire(ctx, config, table, target, staged, samples, now - retention, report)
+        if store.table_name(table) and table_maintenance.predictive_optimization(spark, target):
+            report.notes.append("compaction and VACUUM left to predictive optimization")
+        else:
+            table_maintenance.optimize(spark, target)
+            table_maintenance.vacuum(spark, target)
+        after = table_maintenance.describe(spark, target)
+        report.files_after, report.bytes_after = after.files, after.bytes
+        reports.append(report)
+    samples.save()
+    return reports
+
+
+def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, target: str, staged: bool,
+            samples: VersionSamples, cutoff_ms: int, report: TableReport) -> int:
+    """Delete the table's rows older than ``cutoff_ms`` that every reading stage has consumed."""
+    spark = ctx.spark
+    age = AGE_COLUMNS.get(table.kind)
+    if table.kind == DLQ:  # no stage reads the dead letters
+        return table_maintenance.delete_where(spark, target, f"{age} < timestamp_millis({cutoff_ms})")
+    keys, reader = TABLES[config.kind][table.kind]
+    up_to = samples.version_at(table.kind, cutoff_ms) if age is None else None
+    if age is None and up_to is None:
+        report.notes.append("no sample old enough yet to date its rows")
+        return 0
+    condition = f"{age} < timestamp_millis({cutoff_ms})" if age else None
+    expired_up_to, held_by = up_to, None
+    if staged and reader is not None:
+        below = consumed_below(ctx.store.checkpoint(config.name, reader))
+        if up_to is None or below - 1 < up_to:
+            up_to, held_by = below - 1, reader
+    if up_to is None:
+        up_to = ctx.store.version(table)
+    deleted = table_maintenance.delete_committed_up_to(spark, target, keys, up_to, condition) if up_to >= 0 else 0
+    if held_by is not None:
+        held = table_maintenance.count_committed(spark, target, up_to, expired_up_to, condition)
+        if held:
+            report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
+    return deleted
+
+
+@contextlib.contextmanager
+def maintained_while_running(ctx: PipelineContext, config: ConnectorConfig, every_s: float,
+                             guard: Callable[[], AbstractContextManager[object]]) -> Iterator[None]:
+    """Run :func:`maintain` on the connector every ``every_s`` seconds while the body runs (its
+    stages), on a thread of its own: ``pubsub-connect run`` and the worker keep their connectors'
+    tables healthy without a second process. ``guard`` is entered around each run (the
+    connector's ``maintain`` lock: a run already going elsewhere, ``maintain`` from a shell, makes
+    this one skip its turn, by raising). A failed run is one line, and the next turn comes as
+    usual; on exit a run in progress has its Spark jobs cancelled."""
+    if every_s <= 0 or not isinstance(ctx.store, SparkDeltaTableStore) or isinstance(ctx.store, PipelineTableStore) \
+            or checkpoints.is_remote(ctx.store.checkpoint(config.name, "maintain")):
+        yield
+        return
+    stop = threading.Event()
+    group = f"pubsub-connect-maintain-{config.name}"
+
+    def loop() -> None:
+        while not stop.wait(every_s):
+            try:
+                with guard():
+                    ctx.spark.sparkContext.setJobGroup(group, f"maintain {config.name}", interruptOnCancel=True)
+                    for report in maintain(ctx, config):
+                        ctx.progress(report.line(config.name))
+            except Exception as exc:  # the stages go on; the next turn tries again
+                if not stop.is_set():
+                    ctx.progress(f"[{config.name}.maintain] skipped this turn: {error_line(exc)}")
+                    log.debug("%s maintenance failed", config.name, exc_info=exc)
+
+    thread = threading.Thread(target=loop, name=f"maintain-{config.name}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        ctx.spark.sparkContext.cancelJobGroup(group)
+        thread.join()
+

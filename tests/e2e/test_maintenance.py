@@ -1,0 +1,138 @@
+"""``maintain`` on a Cloud Pub/Sub sink's real tables (Kafka broker, Pub/Sub emulator, Delta Lake):
+retention deletes exactly the rows every reading stage has consumed, a stage that is behind holds
+its input back, and the stages go on streaming through the deletions and compactions, every kept
+row delivered once — checked by sequence ids; and the same beside the running stages, as
+``run`` and the worker do it."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from e2e.harness import batches_of_one_stage_run, context, sink_config
+from integration.kafka_helpers import Rec, create_topic, produce
+from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
+from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
+from pubsub_connect.pipelines import cps_sink
+from pubsub_connect.pipelines.maintenance import maintain, maintained_while_running
+from pubsub_connect.pipelines.runner.supervisor import run_stages
+from pubsub_connect.pipelines.runtime import connector_stages
+from waiting import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def seqs(first: int, last: int) -> list[Rec]:
+    return [Rec(value=f"seq-{i}".encode(), partition=0) for i in range(first, last)]
+
+
+@pytest.mark.compat
+def test_retention_waits_for_the_slowest_stage(spark, kafka_bootstrap: str, pubsub_emulator_host: str,
+                                               unique_name: str, tmp_path: Path) -> None:
+    topic = f"{unique_name}-in"
+    create_topic(kafka_bootstrap, topic)
+    pubsub_topic, subscription = create_topic_and_subscription(unique_name)
+    config = sink_config(unique_name, topic, pubsub_topic, **{"bronze.retention.ms": "0", "outbox.retention.ms": "0"})
+    root = tmp_path / "root"
+    ctx = context(spark, kafka_bootstrap, root)
+
+    def run(stage) -> int:
+        return batches_of_one_stage_run(spark, kafka_bootstrap, root, stage, config)
+
+    def offsets(kind: str) -> list[int]:
+        return sorted(r.offset for r in ctx.store.read(TableRef(kind, unique_name)).select("offset").collect())
+
+    def delivered(count: int) -> list[int]:
+        return sorted(int(m.data.decode().removeprefix("seq-")) for m in pull_all(subscription, count, 120))
+
+    reports = []
+
+    def maintained() -> dict[str, int]:
+        reports[:] = maintain(ctx, config)
+        return {report.kind: report.deleted for report in reports}
+
+    produce(kafka_bootstrap, topic, seqs(0, 10))
+    for stage in (cps_sink.staged_ingest, cps_sink.convert, cps_sink.publish):
+        assert run(stage) == 1
+    assert delivered(10) == list(range(10))
+    produce(kafka_bootstrap, topic, seqs(10, 20))
+    assert run(cps_sink.staged_ingest) == run(cps_sink.convert) == 1  # publish is behind: 10..19 wait in the outbox
+    produce(kafka_bootstrap, topic, seqs(20, 30))
+    assert run(cps_sink.staged_ingest) == 1  # convert is behind: 20..29 wait in bronze
+
+    # bronze keeps what convert has not read, the outbox what publish has not sent
+    assert maintained() == {BRONZE: 20, OUTBOX: 10, DLQ: 0}
+    assert [note for report in reports for note in report.notes if "held back" in note] == [
+        "10 expired rows held back: convert has not read past version 2",
+        "10 expired rows held back: publish has not read past version 1"]
+    assert offsets(BRONZE) == list(range(20, 30)) and offsets(OUTBOX) == list(range(10, 20))
+
+    # the stages stream on through the deletions and the compaction: each kept row once
+    assert run(cps_sink.publish) == 1
+    assert delivered(10) == list(range(10, 20))
+    assert run(cps_sink.convert) == 1 and run(cps_sink.publish) == 1
+    assert delivered(10) == list(range(20, 30))
+    assert maintained() == {BRONZE: 10, OUTBOX: 20, DLQ: 0}
+    assert offsets(BRONZE) == offsets(OUTBOX) == []
+    assert maintained() == {BRONZE: 0, OUTBOX: 0, DLQ: 0}
+    assert [(r.kind, r.files_after) for r in reports] == [(BRONZE, 0), (OUTBOX, 0), (DLQ, 0)]
+
+    # the same from a shell: the connector's file, the worker's storage, one line per table
+    worker_file, connector_file = tmp_path / "worker.properties", tmp_path / "sink.properties"
+    worker_file.write_text(f"bootstrap.servers={kafka_bootstrap}\nstorage.root={root}\nspark.master=local[1]\n")
+    connector_file.write_text("".join(f"{key}={config.get(key)}\n" for key in (
+        "name", "connector.class", "topics", "cps.project", "cps.topic", "bronze.retention.ms", "outbox.retention.ms")))
+    shell = subprocess.run([sys.executable, "-m", "pubsub_connect.cli", "maintain", unique_name, "-w", str(worker_file),
+                            "-c", str(connector_file)], capture_output=True, text=True, timeout=300, check=False)
+    assert shell.returncode == 0, shell.stderr
+    assert [line for line in shell.stdout.splitlines() if line.startswith("[")] == [
+        f"[{unique_name}.maintain] {kind}: deleted 0 rows, files 0 → 0 (0.0 MB)" for kind in (BRONZE, OUTBOX, DLQ)]
+
+
+def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubsub_emulator_host: str,
+                                               unique_name: str, tmp_path: Path) -> None:
+    """Maintenance turns every half second while the stages run continuously and records keep
+    coming: every record is delivered exactly once, and retention ends up deleting each of them
+    from bronze and the outbox once both stages had read it."""
+    topic = f"{unique_name}-in"
+    create_topic(kafka_bootstrap, topic)
+    pubsub_topic, subscription = create_topic_and_subscription(unique_name)
+    config = sink_config(unique_name, topic, pubsub_topic, **{"bronze.retention.ms": "0", "outbox.retention.ms": "0"})
+    lines: list[str] = []
+    ctx = context(spark, kafka_bootstrap, tmp_path / "root", lines, once=False,
+                  **{"pipeline.trigger.interval.ms": "200"})
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with maintained_while_running(ctx, config, 0.5, contextlib.nullcontext):
+                run_stages(ctx, config, connector_stages(config), stop)
+        except BaseException as exc:
+            failures.append(exc)
+
+    def deleted(kind: str) -> int:
+        return sum(int(m.group(1).replace(",", "")) for line in list(lines)
+                   if (m := re.match(rf"\[{unique_name}\.maintain\] {kind}: deleted ([\d,]+) rows", line)))
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        for first in range(0, 100, 20):
+            produce(kafka_bootstrap, topic, seqs(first, first + 20))
+            got = sorted(int(m.data.decode().removeprefix("seq-")) for m in pull_all(subscription, 20, 120))
+            assert got == list(range(first, first + 20)) and not failures
+        wait_until(lambda: deleted(BRONZE) == deleted(OUTBOX) == 100 or failures, 180,
+                   lambda: f"retention of all 100 records: {lines[-6:]}")
+        assert not failures
+        assert_no_more_messages(subscription)
+    finally:
+        stop.set()
+        thread.join(120)
+
