@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 #: Beside the connector's checkpoints: when each table was at which version.
 SAMPLES_FILE = "maintenance.json"
-#: Samples kept per table (one per run): at one run an hour, three weeks of them.
+#: Samples kept per table within its retention (:class:`VersionSamples`).
 KEPT_SAMPLES = 500
 
 #: Per connector kind and table: the columns that identify a row, and the staged mode's stage
@@ -84,15 +85,26 @@ def consumed_below(checkpoint: str) -> int:
 
 
 class VersionSamples:
-    """``(version, epoch ms)`` per table, one per run, oldest first (:data:`SAMPLES_FILE`)."""
+    """``(version, epoch ms)`` per table, oldest first (:data:`SAMPLES_FILE`): what it takes to
+    date a row by its commit version. Kept per table: the newest sample older than the table's
+    retention (the answer of the next lookup) and those since, at least a ``retention /
+    KEPT_SAMPLES`` apart, so that a short interval and a long retention stay a few hundred samples;
+    a sparser sample dates a row later, never earlier."""
 
-    def __init__(self, ctx: PipelineContext, config: ConnectorConfig):
-        self.path = checkpoints.beside(ctx.store.checkpoint(config.name, "maintain"), SAMPLES_FILE)
+    def __init__(self, path: Path):
+        self.path = path
         self.samples: dict[str, list[list[int]]] = checkpoints.read_json(self.path) or {}
 
-    def add(self, kind: str, version: int, now_ms: int) -> None:
-        self.samples.setdefault(kind, []).append([version, now_ms])
-        del self.samples[kind][:-KEPT_SAMPLES]
+    def add(self, kind: str, version: int, now_ms: int, retention_ms: int) -> None:
+        entries = self.samples.setdefault(kind, [])
+        if retention_ms < 0:  # kept forever: no row needs dating
+            entries[:] = [[version, now_ms]]
+            return
+        if not entries or now_ms - entries[-1][1] >= retention_ms / KEPT_SAMPLES:
+            entries.append([version, now_ms])
+        cutoff = now_ms - retention_ms
+        older = [entry for entry in entries if entry[1] <= cutoff]
+        entries[:] = older[-1:] + [entry for entry in entries if entry[1] > cutoff]
 
     def version_at(self, kind: str, when_ms: int) -> int | None:
         """The newest sampled version at or before ``when_ms`` (None: no sample that old)."""
@@ -121,7 +133,7 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
     clock = now_ms or (lambda: int(time.time() * 1000))
     now = clock()
     staged = last_mode(ctx, config) != FUSED
-    samples = VersionSamples(ctx, config)
+    samples = VersionSamples(checkpoints.beside(store.checkpoint(config.name, "maintain"), SAMPLES_FILE))
     reports: list[TableReport] = []
     for kind in (BRONZE, OUTBOX, DLQ):
         table = TableRef(kind, config.name)
@@ -132,9 +144,8 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
         if not table_maintenance.has_row_tracking(spark, target):
             table_maintenance.enable_row_tracking(spark, target)
             report.notes.append("row tracking turned on (rows older than this run become deletable later)")
-        version = store.version(table)
-        samples.add(kind, version, now)
         retention = _retention_ms(config, kind)
+        samples.add(kind, store.version(table), now, retention)
         if retention >= 0:
             report.deleted = _expire(ctx, config, table, target, staged, samples, now - retention, report)
         if store.table_name(table) and table_maintenance.predictive_optimization(spark, target):

@@ -1,0 +1,250 @@
+"""A Cloud Pub/Sub sink running for a long time: does it stay as fast, as small and as lean?
+
+    .venv/bin/python benchmarks/soak.py [--mode staged|fused] [--commits 20000] [--rate 200]
+                                        [--trigger-ms 100] [--maintain-every SECONDS] [--max-minutes M]
+
+Starts a local Kafka broker and Google's Pub/Sub emulator and runs the sink continuously (``run``'s
+code, in this process) with a short trigger while records arrive at a steady ``--rate``, each
+stamped with its produce time, until each of the connector's tables has ``--commits`` Delta
+commits (20,000 are the commits of about six hours at the default 1 s trigger) or
+``--max-minutes`` pass. With ``--maintain-every`` maintenance runs beside the stages as ``run``
+runs it (retention with ``outbox.retention.ms=0`` so that each turn deletes, compaction, VACUUM).
+
+It prints, for the first 10 %, the middle and the last 10 % of the run: each stage's micro-batch
+duration (p50, p99, from Spark's progress), the end-to-end latency (produce → a subscriber
+in a child process; p50, p99), files per table, bytes on disk (tables, checkpoints), and memory
+(the driver's Python RSS, the Spark JVM's old generation after its last collection and its RSS).
+The figures the goals read are the ratios last 10 % / first 10 % of the batch durations (at most
+1.2), and whether files, disk and memory stay bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    ENGINES,
+    _cmdline,
+    _process_table,
+    _status_kb,
+    quiet_context,
+    results_name,
+    table,
+    write_results,
+)
+from _streaming import StagesThread
+from latency import STAMP, Receiver, ReceiverProcess, create_topic_and_subscription, producer, sink_keys
+
+from pubsub_connect.config import loader as cfg
+from pubsub_connect.io.kafka.admin import create_topic
+from pubsub_connect.io.services.lifecycle import LocalServices, environment
+from pubsub_connect.io.tables import KINDS, TableRef
+from pubsub_connect.pipelines.maintenance import maintained_while_running
+from pubsub_connect.pipelines.runtime import connector_stages
+
+NAME = "soak"
+
+
+class SteadyProducer:
+    """Records at a fixed rate, each stamped with its produce time, on a thread of its own."""
+
+    def __init__(self, bootstrap: str, topic: str, rate: float):
+        self._producer = producer(bootstrap)
+        self._topic, self._rate = topic, rate
+        self._stop = threading.Event()
+        self.sent = 0
+        self._thread = threading.Thread(target=self._run, name="soak-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        interval, next_at = 1.0 / self._rate, time.monotonic()
+        while not self._stop.is_set():
+            next_at += interval
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            self._producer.produce(self._topic, b"%012d" % self.sent, headers=[(STAMP, str(time.time_ns()).encode())])
+            self._producer.poll(0)
+            self.sent += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        self._producer.flush(30)
+
+
+class BatchLog:
+    """Every completed micro-batch of the running queries: (stage, batch id, wall time, duration ms),
+    read from ``recentProgress`` often enough that none is missed (it keeps the last 100)."""
+
+    def __init__(self, spark: Any):
+        self._spark = spark
+        self.batches: dict[tuple[str, int], tuple[float, float]] = {}
+
+    def poll(self) -> None:
+        for query in self._spark.streams.active:
+            stage = (query.name or "").rsplit(".", 1)[-1]
+            for progress in query.recentProgress:
+                if int(progress.get("numInputRows") or 0) > 0:
+                    duration = float(progress["durationMs"].get("triggerExecution", 0))
+                    self.batches.setdefault((stage, int(progress["batchId"])), (time.time(), duration))
+
+
+def _folder_bytes(path: Path) -> tuple[int, int]:
+    """(files, bytes) under ``path``."""
+    files = size = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.stat(os.path.join(root, name)).st_size
+                files += 1
+            except FileNotFoundError:  # removed meanwhile (VACUUM, Spark's checkpoint clean-up)
+                pass
+    return files, size
+
+
+def _jvm_memory_mb(ctx: Any) -> tuple[float, float]:
+    """The Spark JVM's old generation after its last collection (what stays), and its RSS."""
+    jvm = ctx.spark.sparkContext._jvm
+    old = 0
+    for pool in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
+        if "Old Gen" in pool.getName() and pool.getCollectionUsage() is not None:
+            old = pool.getCollectionUsage().getUsed()
+    processes = _process_table()  # Spark's JVM, not the broker's or the emulator's
+    rss = max((_status_kb(pid, "VmRSS").get("VmRSS", 0) for pid, info in processes.items()
+               if info.name == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid)), default=0)
+    return old / 2**20, rss / 1024
+
+
+def snapshot(ctx: Any, root: Path) -> dict[str, Any]:
+    """Commits and files per table, bytes on disk, and memory, now."""
+    from pubsub_connect.io import table_maintenance
+
+    tables = {}
+    for kind in KINDS:
+        ref = TableRef(kind, NAME)
+        if ctx.store.exists(ref):
+            files = table_maintenance.describe(ctx.spark, ctx.store.sql_target(ref)).files
+            tables[kind] = {"commits": ctx.store.version(ref), "files": files}
+    disk = {part: _folder_bytes(root / "data" / part) for part in ("bronze", "outbox", "dlq", "checkpoints")}
+    old_mb, jvm_rss_mb = _jvm_memory_mb(ctx)
+    return {"at": time.time(), "tables": tables, "disk_files": {k: v[0] for k, v in disk.items()},
+            "disk_mb": {k: round(v[1] / 1e6, 1) for k, v in disk.items()},
+            "driver_rss_mb": _status_kb(os.getpid(), "VmRSS").get("VmRSS", 0) / 1024,
+            "jvm_old_gen_mb": round(old_mb, 1), "jvm_rss_mb": round(jvm_rss_mb, 1)}
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def windows(items: list[Any]) -> dict[str, list[Any]]:
+    """The first 10 %, the middle 10 % and the last 10 % of ``items`` (in their order)."""
+    tenth = max(1, len(items) // 10)
+    middle = max(0, len(items) // 2 - tenth // 2)
+    return {"first": items[:tenth], "middle": items[middle:middle + tenth], "last": items[-tenth:]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=("staged", "fused"), default="staged")
+    parser.add_argument("--commits", type=int, default=20_000, help="Delta commits per table to reach")
+    parser.add_argument("--rate", type=float, default=200.0, help="records per second")
+    parser.add_argument("--trigger-ms", type=int, default=100)
+    parser.add_argument("--maintain-every", type=float, default=0.0, metavar="SECONDS")
+    parser.add_argument("--max-minutes", type=float, default=360.0)
+    parser.add_argument("--snapshot-every", type=float, default=60.0, metavar="SECONDS")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    with LocalServices(root / "services", ("kafka", "pubsub")) as services:
+        bootstrap = services.running["kafka"].endpoint
+        with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
+            create_topic({"bootstrap.servers": bootstrap}, NAME, 2)
+            receiver = ReceiverProcess(Receiver, create_topic_and_subscription(NAME))
+            keys = {**sink_keys(NAME), "pipeline.mode": args.mode,
+                    **({"outbox.retention.ms": "0", "bronze.retention.ms": "0"} if args.maintain_every else {})}
+            run = cfg.load_raw(keys, {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
+                                      **ENGINES["native"], "pipeline.trigger.interval.ms": str(args.trigger_ms)})
+            connector = run.connectors[0]
+            ctx = quiet_context(run.worker, once=False)
+            batches = BatchLog(ctx.spark)
+            snapshots: list[dict[str, Any]] = []
+            produce = SteadyProducer(bootstrap, NAME, args.rate)
+            started = time.monotonic()
+            try:
+                with maintained_while_running(ctx, connector, args.maintain_every, contextlib.nullcontext):
+                    stages = StagesThread(ctx, connector, connector_stages(connector))
+                    next_snapshot = started
+                    while stages.running() and time.monotonic() - started < args.max_minutes * 60:
+                        batches.poll()
+                        if time.monotonic() >= next_snapshot:
+                            snapshots.append(snapshot(ctx, root))
+                            next_snapshot += args.snapshot_every
+                            tables = snapshots[-1]["tables"]
+                            print(f"[soak] {time.monotonic() - started:,.0f} s, {produce.sent:,} sent: " + ", ".join(
+                                f"{kind} {t['commits']:,} commits {t['files']:,} files" for kind, t in tables.items()),
+                                flush=True)
+                            # bronze, and the outbox in the staged mode: the tables every batch commits to
+                            written = [t["commits"] for kind, t in tables.items() if kind != "dlq"]
+                            if written and min(written) >= args.commits:
+                                break
+                        time.sleep(2)
+                    batches.poll()
+                    snapshots.append(snapshot(ctx, root))
+                    stages.stop()
+            finally:
+                produce.close()
+                latencies = receiver.close()
+                ctx.spark.stop()
+    report(args, snapshots, batches, latencies, time.monotonic() - started)
+
+
+def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: BatchLog,
+           latencies: list[tuple[int, float]], seconds: float) -> None:
+    maintained = f", maintenance every {args.maintain_every:g} s" if args.maintain_every else ""
+    rows: list[tuple[str, str]] = [
+        ("mode / trigger / rate", f"{args.mode} / {args.trigger_ms} ms / {args.rate:g} msg/s{maintained}"),
+        ("ran", f"{seconds / 60:,.1f} min")]
+    results: dict[str, Any] = {"args": vars(args), "seconds": seconds, "stages": {}, "snapshots": snapshots}
+    for stage in sorted({stage for stage, _ in batches.batches}):
+        durations = [ms for (name, _), (_, ms) in sorted(batches.batches.items(), key=lambda item: item[0][1])
+                     if name == stage]
+        parts = windows(durations)
+        figures = {w: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for w, v in parts.items() if v}
+        ratio = {q: figures["last"][q] / figures["first"][q] for q in ("p50", "p99")}
+        results["stages"][stage] = {"batches": len(durations), **figures, "ratio_last_first": ratio}
+        rows.append((f"  {stage}: {len(durations):,} batches", ", ".join(
+            f"{w} p50 {f['p50']:,.0f} ms p99 {f['p99']:,.0f} ms" for w, f in figures.items())
+            + f"; last/first p50 {ratio['p50']:.2f}, p99 {ratio['p99']:.2f}"))
+    by_stamp = [lat for _, lat in sorted(latencies)]
+    if by_stamp:
+        lat = {w: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for w, v in windows(by_stamp).items() if v}
+        results["latency_ms"] = lat
+        rows.append((f"  latency ({len(by_stamp):,} received)",
+                     ", ".join(f"{w} p50 {f['p50']:,.0f} ms p99 {f['p99']:,.0f} ms" for w, f in lat.items())))
+    for when, snap in windows(snapshots).items():
+        if not snap:
+            continue
+        s = snap[0] if when != "last" else snap[-1]
+        rows.append((f"  {when}: tables", ", ".join(f"{k} {v['commits']:,} commits {v['files']:,} files"
+                                                     for k, v in s["tables"].items())))
+        rows.append((f"  {when}: disk", ", ".join(f"{k} {s['disk_files'][k]:,} files {s['disk_mb'][k]:,.1f} MB"
+                                                   for k in s["disk_mb"])))
+        rows.append((f"  {when}: memory", f"driver RSS {s['driver_rss_mb']:,.0f} MB, JVM old gen after GC "
+                                          f"{s['jvm_old_gen_mb']:,.0f} MB, JVM RSS {s['jvm_rss_mb']:,.0f} MB"))
+    print(table(rows))
+    name = results_name(f"soak-{args.mode}{'-maintained' if args.maintain_every else ''}", "native")
+    print(f"\nresults: {write_results(name, results)}")
+
+
+if __name__ == "__main__":
+    main()
