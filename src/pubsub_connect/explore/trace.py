@@ -94,12 +94,16 @@ def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
     journey = Journey(f"{topic}/{partition}@{offset}")
     tables = {kind: TableRef(kind, name) for kind in (BRONZE, OUTBOX, DLQ)}
     bronze_rows = (_versioned(store, tables[BRONZE], _coordinates(store.read(tables[BRONZE]), topic, partition,
-                                                                  offset)).limit(1).collect()
+                                                                  offset))
+                   .withColumn("_file_time", F.col("_metadata.file_modification_time")).limit(1).collect()
                    if store.exists(tables[BRONZE]) else [])
     bronze_version = None
     if bronze_rows:
         journey.bronze = _shown(bronze_rows[0])
         bronze_version = journey.bronze.pop("_version", None)
+        journey.bronze.pop("_file_time", None)
+        if bronze_version is None:  # one stage appends to bronze too
+            bronze_version = _version_by_file_time(store, tables[BRONZE], bronze_rows[0]["_file_time"])
     if store.exists(tables[DLQ]):
         journey.dead_letters = [_shown(row) for row in _coordinates(store.read(tables[DLQ]), topic, partition, offset)
                                 .orderBy("failed_at").collect()]
@@ -147,15 +151,40 @@ def _outbox_message(store: TableStore, outbox: TableRef, journey: Journey, topic
     """The outbox row's message (what was sent) and the version it was committed in, if known."""
     if not store.exists(outbox):
         return None
-    found = _versioned(store, outbox, _coordinates(store.read(outbox), topic, partition, offset)).limit(1).collect()
+    rows = _versioned(store, outbox, _coordinates(store.read(outbox), topic, partition, offset))
+    found = rows.withColumn("_file_time", F.col("_metadata.file_modification_time")).limit(1).collect()
     if not found:
         return None
+    file_time = found[0]["_file_time"]
     message = _shown(found[0])
     version = message.pop("_version", None)
+    message.pop("_file_time", None)
     for coordinate in ("topic", "partition", "offset"):
         message.pop(coordinate, None)
     journey.message, journey.message_from = message, FROM_OUTBOX
-    return int(version) if version is not None else None
+    if version is not None:
+        return int(version)
+    return _version_by_file_time(store, outbox, file_time)
+
+
+def _version_by_file_time(store: TableStore, table: TableRef, file_time: dt.datetime | None) -> int | None:
+    """The version a row of a stage table was committed in, without row tracking: the first version
+    whose log entry is not older than the row's file (one stage appends to bronze or the outbox, a
+    micro-batch after the last committed: its files are written after the last commit and before
+    its own). None when the log is not on a path this process can read."""
+    if file_time is None:
+        return None
+    location = store.location(table) if isinstance(store, SparkDeltaTableStore) else store.path(table)
+    try:
+        log = local_path(location) / "_delta_log"
+        versions = sorted(int(p.name[:20]) for p in log.glob("*.json") if p.name[:20].isdigit())
+    except (ValueError, OSError):
+        return None
+    stamp = file_time.timestamp()
+    for version in versions:
+        if (log / f"{version:020d}.json").stat().st_mtime >= stamp:
+            return version
+    return None
 
 
 def message_maker(config: ConnectorConfig) -> MessageMaker:

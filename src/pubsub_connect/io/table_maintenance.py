@@ -5,9 +5,10 @@ checkpoint's Delta offset), so "rows this stage has consumed" are the rows commi
 version. Delta's row tracking keeps each row's commit version (``_metadata.row_commit_version``)
 through compaction, where file names and modification times change; DELETE cannot name metadata
 columns, so the rows are deleted by a MERGE on the table's key columns with the rows selected by
-version. Tables created by :class:`~pubsub_connect.io.tables.SparkDeltaTableStore` have row
-tracking from their first commit; an older table gets it here, and then all its rows carry the
-version that turned it on (they become deletable once every reader is past that version).
+version. Row tracking is turned on here for a table with a retention, not when a table is
+created: it makes every append slower,
+measured at 150-200 ms against 380-440 ms for a 1,000-row append on two cores. The rows a table
+held then carry the version that turned it on (deletable once every reader is past it).
 
 Readers stream these tables with ``skipChangeCommits``, so a deletion's commit is not read as
 new data; OPTIMIZE's commits change no data and no reader reads them either. VACUUM keeps

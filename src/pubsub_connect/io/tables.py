@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 
 from pubsub_connect.io.batch_marks import batch_mark, last_marked_batch
 from pubsub_connect.io.spark import Capabilities
-from pubsub_connect.io.table_maintenance import ROW_TRACKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -318,10 +317,6 @@ class SparkDeltaTableStore(TableStore):
         if self.exists(table):
             return
         from delta.tables import DeltaTable
-
-        # row tracking: each row keeps its commit version through compaction, which is how
-        # retention tells the rows a reading stage has consumed (:mod:`.table_maintenance`)
-        properties = {ROW_TRACKING: "true", **(properties or {})}
 
         # a CREATE TABLE commit (not an empty WRITE): the log then shows the table's creation apart
         # from the data its stages append. ``create``, not ``createIfNotExists``: it fails when the

@@ -141,10 +141,11 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
             continue
         target = store.sql_target(table)
         report = TableReport(kind, files_before=table_maintenance.describe(spark, target).files)
-        if not table_maintenance.has_row_tracking(spark, target):
+        retention = _retention_ms(config, kind)
+        if retention >= 0 and kind != DLQ and not table_maintenance.has_row_tracking(spark, target):
+            # a row's commit version through compaction: what retention tells consumed rows by
             table_maintenance.enable_row_tracking(spark, target)
             report.notes.append("row tracking turned on (rows older than this run become deletable later)")
-        retention = _retention_ms(config, kind)
         samples.add(kind, store.version(table), now, retention)
         if retention >= 0:
             report.deleted = _expire(ctx, config, table, target, staged, samples, now - retention, report)
