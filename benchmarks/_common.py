@@ -306,6 +306,21 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def spark_jvm_pid(root_pid: int, processes: dict[int, ProcessInfo] | None = None) -> int | None:
+    """The Spark JVM under ``root_pid`` (told apart from the local broker's and the emulator's JVMs
+    by its ``SparkSubmit`` command line), or None."""
+    processes = _process_table() if processes is None else processes
+    for pid in _descendants(root_pid, processes):
+        if processes[pid].name == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid):
+            return pid
+    return None
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident memory now, in MB."""
+    return _status_kb(pid, "VmRSS").get("VmRSS", 0) / 1024
+
+
 class PeakRss:
     """Peak resident memory of a Spark run, split by where it lives, sampled from ``/proc``.
 
@@ -364,11 +379,8 @@ class PeakRss:
     def _find_jvm(self, processes: dict[int, ProcessInfo]) -> int | None:
         if self._jvm_pid is not None and self._jvm_pid in processes:
             return self._jvm_pid
-        for pid in _descendants(self.root_pid, processes):
-            if processes[pid].name == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid):
-                self._jvm_pid = pid
-                return pid
-        return None
+        self._jvm_pid = spark_jvm_pid(self.root_pid, processes)
+        return self._jvm_pid
 
     def sample(self) -> None:
         """One reading of every process of interest; keeps the maxima."""

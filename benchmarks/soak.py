@@ -30,16 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
-    ENGINES,
-    _cmdline,
-    _process_table,
-    _status_kb,
-    quiet_context,
-    results_name,
-    table,
-    write_results,
-)
+from _common import ENGINES, quiet_context, results_name, rss_mb, spark_jvm_pid, table, write_results
 from _streaming import StagesThread
 from latency import STAMP, Receiver, ReceiverProcess, create_topic_and_subscription, producer, sink_keys
 
@@ -118,10 +109,8 @@ def _jvm_memory_mb(ctx: Any) -> tuple[float, float]:
     for pool in jvm.java.lang.management.ManagementFactory.getMemoryPoolMXBeans():
         if "Old Gen" in pool.getName() and pool.getCollectionUsage() is not None:
             old = pool.getCollectionUsage().getUsed()
-    processes = _process_table()  # Spark's JVM, not the broker's or the emulator's
-    rss = max((_status_kb(pid, "VmRSS").get("VmRSS", 0) for pid, info in processes.items()
-               if info.name == "java" and "org.apache.spark.deploy.SparkSubmit" in _cmdline(pid)), default=0)
-    return old / 2**20, rss / 1024
+    jvm_pid = spark_jvm_pid(os.getpid())
+    return old / 2**20, rss_mb(jvm_pid) if jvm_pid is not None else 0.0
 
 
 def snapshot(ctx: Any, root: Path) -> dict[str, Any]:
@@ -138,7 +127,7 @@ def snapshot(ctx: Any, root: Path) -> dict[str, Any]:
     old_mb, jvm_rss_mb = _jvm_memory_mb(ctx)
     return {"at": time.time(), "tables": tables, "disk_files": {k: v[0] for k, v in disk.items()},
             "disk_mb": {k: round(v[1] / 1e6, 1) for k, v in disk.items()},
-            "driver_rss_mb": _status_kb(os.getpid(), "VmRSS").get("VmRSS", 0) / 1024,
+            "driver_rss_mb": rss_mb(os.getpid()),
             "jvm_old_gen_mb": round(old_mb, 1), "jvm_rss_mb": round(jvm_rss_mb, 1)}
 
 

@@ -93,25 +93,18 @@ def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
     none. Raises :class:`ConfigError` (one line) when none of its tables holds the record."""
     journey = Journey(f"{topic}/{partition}@{offset}")
     tables = {kind: TableRef(kind, name) for kind in (BRONZE, OUTBOX, DLQ)}
-    bronze_rows = (_versioned(store, tables[BRONZE], _coordinates(store.read(tables[BRONZE]), topic, partition,
-                                                                  offset))
-                   .withColumn("_file_time", F.col("_metadata.file_modification_time")).limit(1).collect()
-                   if store.exists(tables[BRONZE]) else [])
-    bronze_version = None
-    if bronze_rows:
-        journey.bronze = _shown(bronze_rows[0])
-        bronze_version = journey.bronze.pop("_version", None)
-        journey.bronze.pop("_file_time", None)
-        if bronze_version is None:  # one stage appends to bronze too
-            bronze_version = _version_by_file_time(store, tables[BRONZE], bronze_rows[0]["_file_time"])
+    journey.bronze, bronze_version = _row_and_version(store, tables[BRONZE], topic, partition, offset)
     if store.exists(tables[DLQ]):
         journey.dead_letters = [_shown(row) for row in _coordinates(store.read(tables[DLQ]), topic, partition, offset)
                                 .orderBy("failed_at").collect()]
     if journey.bronze is None and not journey.dead_letters:
         raise ConfigError(f"{name}: no record {journey.record} in its bronze table or dead letters"
                           f"{_held(store, tables[BRONZE], topic, partition)}")
-    version = _outbox_message(store, tables[OUTBOX], journey, topic, partition, offset)
-    if journey.message is None and bronze_rows and not journey.dead_letters and remake is not None:
+    message, version = _row_and_version(store, tables[OUTBOX], topic, partition, offset)
+    if message is not None:  # what the publish stage sent
+        journey.message = {k: v for k, v in message.items() if k not in ("topic", "partition", "offset")}
+        journey.message_from = FROM_OUTBOX
+    elif journey.bronze is not None and not journey.dead_letters and remake is not None:
         journey.message = remake(_coordinates(store.read(tables[BRONZE]), topic, partition, offset).limit(1))
         journey.message_from = REMADE if journey.message is not None else None
     if journey.message is None:
@@ -127,14 +120,6 @@ def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
     return journey
 
 
-def _versioned(store: TableStore, table: TableRef, rows: DataFrame) -> DataFrame:
-    """``rows`` with the version each was committed in (``_version``), where the table keeps it."""
-    if isinstance(store, SparkDeltaTableStore) and table_maintenance.has_row_tracking(store.spark,
-                                                                                      store.sql_target(table)):
-        return rows.withColumn("_version", F.col("_metadata.row_commit_version"))
-    return rows
-
-
 def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> str:
     """What bronze holds of the partition, for the one-line answer to an unknown offset."""
     if not store.exists(bronze):
@@ -146,25 +131,26 @@ def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> st
     return f" (bronze holds {bounds[2]:,} records of {topic}/{partition}, offsets {bounds[0]}..{bounds[1]})"
 
 
-def _outbox_message(store: TableStore, outbox: TableRef, journey: Journey, topic: str, partition: int,
-                    offset: int) -> int | None:
-    """The outbox row's message (what was sent) and the version it was committed in, if known."""
-    if not store.exists(outbox):
-        return None
-    rows = _versioned(store, outbox, _coordinates(store.read(outbox), topic, partition, offset))
-    found = rows.withColumn("_file_time", F.col("_metadata.file_modification_time")).limit(1).collect()
+def _row_and_version(store: TableStore, table: TableRef, topic: str, partition: int,
+                     offset: int) -> tuple[dict[str, Any] | None, int | None]:
+    """The record's row in a stage table (None: not there) and the version it was committed in:
+    from row tracking where the table keeps it, else from the time of the row's file."""
+    if not store.exists(table):
+        return None, None
+    rows = _coordinates(store.read(table), topic, partition, offset) \
+        .withColumn("_file_time", F.col("_metadata.file_modification_time"))
+    if isinstance(store, SparkDeltaTableStore) and table_maintenance.describe(store.spark,
+                                                                              store.sql_target(table)).row_tracking:
+        rows = rows.withColumn("_version", F.col("_metadata.row_commit_version"))
+    found = rows.limit(1).collect()
     if not found:
-        return None
-    file_time = found[0]["_file_time"]
-    message = _shown(found[0])
-    version = message.pop("_version", None)
-    message.pop("_file_time", None)
-    for coordinate in ("topic", "partition", "offset"):
-        message.pop(coordinate, None)
-    journey.message, journey.message_from = message, FROM_OUTBOX
-    if version is not None:
-        return int(version)
-    return _version_by_file_time(store, outbox, file_time)
+        return None, None
+    row = _shown(found[0])
+    row.pop("_file_time")
+    version = row.pop("_version", None)
+    if version is None:
+        version = _version_by_file_time(store, table, found[0]["_file_time"])
+    return row, None if version is None else int(version)
 
 
 def _version_by_file_time(store: TableStore, table: TableRef, file_time: dt.datetime | None) -> int | None:
@@ -220,7 +206,7 @@ def _published(store: TableStore, name: str, version: int | None) -> str:
     checkpoint = local_path(store.checkpoint(name, "publish"))
     committed = batch_ids(checkpoint / "commits")
     if version is None:
-        return "unknown (the outbox has no row tracking yet: pubsub-connect maintain turns it on)"
+        return "unknown (neither row tracking nor a Delta log on a path this process reads dates its row)"
     for batch in committed:
         offsets = checkpoint / "offsets" / str(batch)
         if not offsets.is_file():

@@ -30,20 +30,18 @@ ROW_TRACKING = "delta.enableRowTracking"
 
 @dataclass(frozen=True)
 class TableFiles:
-    """A table's current data files and their bytes (``DESCRIBE DETAIL``)."""
+    """A table's current data files, their bytes and whether it tracks rows (one ``DESCRIBE DETAIL``)."""
 
     files: int
     bytes: int
+    row_tracking: bool
 
 
 def describe(spark: SparkSession, target: str) -> TableFiles:
-    detail = spark.sql(f"DESCRIBE DETAIL {target}").select("numFiles", "sizeInBytes").first()
-    return TableFiles(int(detail[0] or 0), int(detail[1] or 0))
-
-
-def has_row_tracking(spark: SparkSession, target: str) -> bool:
-    properties = spark.sql(f"DESCRIBE DETAIL {target}").select("properties").first()[0] or {}
-    return str(properties.get(ROW_TRACKING, "false")).lower() == "true"
+    detail = spark.sql(f"DESCRIBE DETAIL {target}").select("numFiles", "sizeInBytes", "properties").first()
+    properties = detail[2] or {}
+    return TableFiles(int(detail[0] or 0), int(detail[1] or 0),
+                      str(properties.get(ROW_TRACKING, "false")).lower() == "true")
 
 
 def enable_row_tracking(spark: SparkSession, target: str) -> None:

@@ -33,7 +33,15 @@ from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io import checkpoints, table_maintenance
-from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, PipelineTableStore, SparkDeltaTableStore, TableRef
+from pubsub_connect.io.tables import (
+    BRONZE,
+    DLQ,
+    OUTBOX,
+    PipelineTableStore,
+    SparkDeltaTableStore,
+    TableRef,
+    TableStore,
+)
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import PipelineContext
 from pubsub_connect.pipelines.modes import FUSED, last_mode
@@ -119,16 +127,25 @@ def _retention_ms(config: ConnectorConfig, kind: str) -> int:
     return int(config.get(f"{kind}.retention.ms"))
 
 
+def not_maintainable(store: TableStore, name: str) -> str | None:
+    """Why connector ``name``'s tables in ``store`` cannot be maintained here, or None."""
+    if not isinstance(store, SparkDeltaTableStore) or isinstance(store, PipelineTableStore):
+        return ("maintain runs on Delta Lake tables kept by the connector's stages "
+                "(pipeline.tables.implementation=delta-spark); a declarative pipeline maintains its own")
+    if checkpoints.is_remote(store.checkpoint(name, "maintain")):
+        return ("maintain reads the stages' positions and keeps its samples beside the checkpoints, which needs "
+                "them on a path (a local folder, a /Volumes or /dbfs mount)")
+    return None
+
+
 def maintain(ctx: PipelineContext, config: ConnectorConfig,
              now_ms: Callable[[], int] | None = None) -> list[TableReport]:
     """One maintenance run over the connector's tables; one report per table that exists."""
     store = ctx.store
-    if not isinstance(store, SparkDeltaTableStore) or isinstance(store, PipelineTableStore):
-        raise ConfigError(f"{config.name}: maintain runs on Delta Lake tables kept by the connector's stages "
-                          "(pipeline.tables.implementation=delta-spark); a declarative pipeline maintains its own")
-    if checkpoints.is_remote(store.checkpoint(config.name, "maintain")):
-        raise ConfigError(f"{config.name}: maintain reads the stages' positions and keeps its samples beside the "
-                          "checkpoints, which needs them on a path (a local folder, a /Volumes or /dbfs mount)")
+    refused = not_maintainable(store, config.name)
+    if refused:
+        raise ConfigError(f"{config.name}: {refused}")
+    assert isinstance(store, SparkDeltaTableStore)
     spark = ctx.spark
     clock = now_ms or (lambda: int(time.time() * 1000))
     now = clock()
@@ -140,15 +157,17 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
         if not store.exists(table):
             continue
         target = store.sql_target(table)
-        report = TableReport(kind, files_before=table_maintenance.describe(spark, target).files)
+        before = table_maintenance.describe(spark, target)
+        report = TableReport(kind, files_before=before.files)
         retention = _retention_ms(config, kind)
-        if retention >= 0 and kind != DLQ and not table_maintenance.has_row_tracking(spark, target):
+        if retention >= 0 and kind != DLQ and not before.row_tracking:
             # a row's commit version through compaction: what retention tells consumed rows by
             table_maintenance.enable_row_tracking(spark, target)
             report.notes.append("row tracking turned on (rows older than this run become deletable later)")
-        samples.add(kind, store.version(table), now, retention)
+        version = store.version(table)
+        samples.add(kind, version, now, retention)
         if retention >= 0:
-            report.deleted = _expire(ctx, config, table, target, staged, samples, now - retention, report)
+            report.deleted = _expire(ctx, config, table, version, staged, samples, now - retention, report)
         if store.table_name(table) and table_maintenance.predictive_optimization(spark, target):
             report.notes.append("compaction and VACUUM left to predictive optimization")
         else:
@@ -161,10 +180,12 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
     return reports
 
 
-def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, target: str, staged: bool,
+def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, version: int, staged: bool,
             samples: VersionSamples, cutoff_ms: int, report: TableReport) -> int:
-    """Delete the table's rows older than ``cutoff_ms`` that every reading stage has consumed."""
+    """Delete the rows of ``table`` (now at ``version``) older than ``cutoff_ms`` that every reading
+    stage has consumed."""
     spark = ctx.spark
+    target = ctx.store.sql_target(table)
     age = AGE_COLUMNS.get(table.kind)
     if table.kind == DLQ:  # no stage reads the dead letters
         return table_maintenance.delete_where(spark, target, f"{age} < timestamp_millis({cutoff_ms})")
@@ -180,7 +201,7 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, targ
         if up_to is None or below - 1 < up_to:
             up_to, held_by = below - 1, reader
     if up_to is None:
-        up_to = ctx.store.version(table)
+        up_to = version
     deleted = table_maintenance.delete_committed_up_to(spark, target, keys, up_to, condition) if up_to >= 0 else 0
     if held_by is not None:
         held = table_maintenance.count_committed(spark, target, up_to, expired_up_to, condition)
@@ -198,8 +219,7 @@ def maintained_while_running(ctx: PipelineContext, config: ConnectorConfig, ever
     connector's ``maintain`` lock: a run already going elsewhere, ``maintain`` from a shell, makes
     this one skip its turn, by raising). A failed run is one line, and the next turn comes as
     usual; on exit a run in progress has its Spark jobs cancelled."""
-    if every_s <= 0 or not isinstance(ctx.store, SparkDeltaTableStore) or isinstance(ctx.store, PipelineTableStore) \
-            or checkpoints.is_remote(ctx.store.checkpoint(config.name, "maintain")):
+    if every_s <= 0 or not_maintainable(ctx.store, config.name):
         yield
         return
     stop = threading.Event()
