@@ -14,7 +14,7 @@ from pubsub_connect.config import loader as cfg
 from pubsub_connect.connect.active_topics import ActiveTopics
 from pubsub_connect.connect.herder import HerderError
 from pubsub_connect.io.tables import checkpoint_location
-from pubsub_connect.pipelines.runner.progress import kafka_offsets, kafka_topics_read
+from pubsub_connect.pipelines.runner.progress import ProgressPrinter, kafka_offsets, kafka_topics_read
 from unit.test_connect_herder import Stages, make_herder, sink
 
 
@@ -73,6 +73,34 @@ def test_observe_records_what_each_kind_of_connector_used(tmp_path: Path) -> Non
     assert again.topics("s") == [] and ActiveTopics(root).topics("s") == []
     again.observe(sink_config, "ingest", kafka_progress(1, {"a": {"0": 2}}, {"a": {"0": 3}}))
     assert ActiveTopics(root).topics("s") == ["a"]
+
+
+class Spark41Progress(dict):
+    """What PySpark 4.1's progress object holds for a Kafka source's first batch: offsets as
+    Python's text of a dict and a missing start as "None"; its ``json`` is the JVM's report."""
+
+    def __init__(self, end: dict[str, Any]):
+        super().__init__(batchId=0, numInputRows=3, sources=[
+            {"description": "KafkaV2[Subscribe[a]]", "startOffset": "None", "endOffset": str(end)}])
+        self.json = json.dumps({"batchId": 0, "numInputRows": 3, "sources": [
+            {"description": "KafkaV2[Subscribe[a]]", "startOffset": None, "endOffset": end}]})
+
+
+class OneQuery:
+    name = "s.ingest"
+
+    def __init__(self, progress: list[dict[str, Any]]):
+        self.recentProgress = progress
+
+
+def test_the_printer_observes_progress_as_spark_reports_it_in_json() -> None:
+    observed: list[tuple[str, set[str]]] = []
+    printer = ProgressPrinter(lambda line: None, lambda stage, progress: observed.append(
+        (stage, kafka_topics_read(progress, lambda: None))), lambda name: name.removeprefix("s."))
+    printer.poll([OneQuery([Spark41Progress({"a": {"0": 3}})])])
+    # a stage that is not a Spark query reports a plain dict
+    printer.poll([OneQuery([kafka_progress(1, {"a": {"0": 3}}, {"a": {"0": 3}, "b": {"0": 1}})])])
+    assert observed == [("ingest", {"a"}), ("ingest", {"b"})]
 
 
 @pytest.mark.parametrize(("settings", "get", "reset"), [

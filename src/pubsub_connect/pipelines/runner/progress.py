@@ -27,6 +27,23 @@ def _format_progress(name: str, progress: dict[str, Any]) -> str:
     return f"[{name}] batch={batch} records={rows} rate={rate:,.0f}/s{lag}"
 
 
+def as_reported(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """A micro-batch's progress as Spark reports it in JSON. PySpark's progress object is a dict
+    whose source offsets are not JSON on every line: Spark 4.1 keeps a Kafka source's offsets as
+    Python's text of a dict (``"{'t': {'0': 5}}"``) and a missing start as ``"None"``; its ``json``
+    is the same progress as the JVM gives it. Progress made here (a stage that is not a Spark
+    query) is a plain dict and is taken as it is."""
+    reported = getattr(progress, "json", None)
+    if isinstance(reported, str):
+        try:
+            parsed = json.loads(reported)
+        except json.JSONDecodeError:
+            return dict(progress)
+        if isinstance(parsed, dict):
+            return parsed
+    return dict(progress)
+
+
 def kafka_offsets(value: Any) -> KafkaOffsets | None:
     """A source's offsets in Kafka's shape ``{topic: {partition: offset}}`` (Spark gives them as
     JSON text), or None for any other source's (a Delta table's version, Pub/Sub Lite's cursors
@@ -91,4 +108,4 @@ class ProgressPrinter:
                 if int(progress.get("numInputRows") or 0) > 0:
                     self.emit(_format_progress(name, progress))
                 if self.observe is not None:
-                    self.observe(self.stage_of(name), progress)
+                    self.observe(self.stage_of(name), as_reported(progress))
