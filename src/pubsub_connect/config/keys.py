@@ -187,10 +187,10 @@ COMMON_KEYS: tuple[Key, ...] = (
     _k("bronze.retention.ms", "long", -1,
        "pubsub-connect maintain: delete bronze rows ingested longer ago than this, once the convert stage has "
        "read them (-1: keep every row; bronze is what replay and trace read).", min=-1),
-    _k("outbox.retention.ms", "long", -1,
+    _k("outbox.retention.ms", "long", 86_400_000,
        "pubsub-connect maintain: delete outbox rows committed longer ago than this, once the publish/produce "
-       "stage has sent them (-1: keep). Turns on the outbox's row tracking, which makes each convert append "
-       "slower; keep a day or more for trace and the Pub/Sub source's redelivery check.", min=-1),
+       "stage has sent them (-1: keep). A day keeps recent messages for trace and the Pub/Sub source's "
+       "redelivery check.", min=-1),
     _k("dlq.retention.ms", "long", -1,
        "pubsub-connect maintain: delete dead letters that failed longer ago than this (-1: keep every one).",
        min=-1),

@@ -1,19 +1,18 @@
-"""Delta Lake's housekeeping on a stage table: compaction, row deletion by commit version, VACUUM.
+"""Delta Lake's housekeeping on a stage table: compaction, deletion of the rows a reader has read,
+VACUUM.
 
-Why by commit version: a stage's position in the table it streams is a table version (its
-checkpoint's Delta offset), so "rows this stage has consumed" are the rows committed before that
-version. Delta's row tracking keeps each row's commit version (``_metadata.row_commit_version``)
-through compaction, where file names and modification times change; DELETE cannot name metadata
-columns, so the rows are deleted by a MERGE on the table's key columns with the rows selected by
-version. Row tracking is turned on here for a table with a retention, not when a table is
-created: it makes every append slower,
-measured at 150-200 ms against 380-440 ms for a 1,000-row append on two cores. The rows a table
-held then carry the version that turned it on (deletable once every reader is past it).
+Why by version: a stage's position in the table it streams is a table version (its checkpoint's
+Delta offset), so "rows this stage has consumed" are the rows the table held at the last version
+it read. Delta's time travel gives that snapshot, whatever compaction did since (it rewrites files,
+not rows), so the rows are deleted by a MERGE on the table's key columns with the keys taken from
+the snapshot. Nothing is paid per append for it: Delta's row tracking would keep each row's commit
+version instead, but it made a 1,000-row append 380-440 ms instead of 150-200 ms on two cores.
 
 Readers stream these tables with ``skipChangeCommits``, so a deletion's commit is not read as
 new data; OPTIMIZE's commits change no data and no reader reads them either. VACUUM keeps
 Delta's own retention (``delta.deletedFileRetentionDuration``, seven days unless a table says
-otherwise) and its safety check, so a reader up to that far behind still finds its files.
+otherwise) and its safety check, so a reader up to that far behind still finds its files, and so
+does the snapshot of the version it last read.
 """
 
 from __future__ import annotations
@@ -44,10 +43,6 @@ def describe(spark: SparkSession, target: str) -> TableFiles:
                       str(properties.get(ROW_TRACKING, "false")).lower() == "true")
 
 
-def enable_row_tracking(spark: SparkSession, target: str) -> None:
-    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ('{ROW_TRACKING}' = 'true')")
-
-
 def predictive_optimization(spark: SparkSession, target: str) -> bool:
     """Whether Databricks' predictive optimization maintains this Unity Catalog table (``DESCRIBE
     TABLE EXTENDED`` names it, with ``ENABLE`` when on); open-source Delta has no such row."""
@@ -56,28 +51,37 @@ def predictive_optimization(spark: SparkSession, target: str) -> bool:
                and str(row[1]).strip().upper().startswith("ENABLE") for row in rows)
 
 
-def delete_committed_up_to(spark: SparkSession, target: str, keys: Sequence[str], version: int,
-                           condition: str | None = None) -> int:
-    """Delete the rows committed at ``version`` or before (and meeting ``condition``, SQL over the
-    table's columns); returns how many. ``keys`` identify a row (rows sharing them go together)."""
-    chosen = f"_metadata.row_commit_version <= {int(version)}" + (f" AND ({condition})" if condition else "")
-    on = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+def _keys_at(target: str, keys: Sequence[str], version: int | None, condition: str | None) -> str:
+    snapshot = target if version is None else f"{target} VERSION AS OF {int(version)}"
     key_list = ", ".join(f"`{k}`" for k in keys)
-    result = spark.sql(f"MERGE INTO {target} t USING (SELECT DISTINCT {key_list} FROM {target} WHERE {chosen}) s "
-                       f"ON {on} WHEN MATCHED THEN DELETE").first()
+    return f"SELECT DISTINCT {key_list} FROM {snapshot}" + (f" WHERE {condition}" if condition else "")
+
+
+def _matching(keys: Sequence[str], left: str, right: str) -> str:
+    return " AND ".join(f"{left}.`{k}` <=> {right}.`{k}`" for k in keys)
+
+
+def delete_held_at(spark: SparkSession, target: str, keys: Sequence[str], version: int,
+                   condition: str | None = None) -> int:
+    """Delete the rows the table held at ``version`` (and meeting ``condition``, SQL over the
+    table's columns) that it still holds; returns how many. ``keys`` identify a row (rows sharing
+    them go together)."""
+    result = spark.sql(f"MERGE INTO {target} t USING ({_keys_at(target, keys, version, condition)}) s "
+                       f"ON {_matching(keys, 't', 's')} WHEN MATCHED THEN DELETE").first()
     return int((result.asDict() if result is not None else {}).get("num_deleted_rows") or 0)
 
 
-def count_committed(spark: SparkSession, target: str, after: int, up_to: int | None = None,
-                    condition: str | None = None) -> int:
-    """Rows committed after version ``after`` (up to ``up_to``, and meeting ``condition``): the
-    expired rows a reader that has not read past ``after`` holds back."""
-    chosen = f"_metadata.row_commit_version > {int(after)}"
-    if up_to is not None:
-        chosen += f" AND _metadata.row_commit_version <= {int(up_to)}"
-    if condition:
-        chosen += f" AND ({condition})"
-    return int(spark.sql(f"SELECT count(*) FROM {target} WHERE {chosen}").first()[0])
+def count_added_after(spark: SparkSession, target: str, keys: Sequence[str], version: int,
+                      up_to: int | None = None, condition: str | None = None) -> int:
+    """Rows the table held at ``up_to`` (None: now) and meeting ``condition`` that it did not hold
+    at ``version`` (-1: before its first commit): the expired rows a reader that has not read past
+    ``version`` holds back."""
+    newer = _keys_at(target, keys, up_to, condition)
+    if version < 0:
+        return int(spark.sql(f"SELECT count(*) FROM ({newer})").first()[0])
+    older = _keys_at(target, keys, version, None)
+    return int(spark.sql(f"SELECT count(*) FROM ({newer}) n LEFT ANTI JOIN ({older}) o "
+                         f"ON {_matching(keys, 'n', 'o')}").first()[0])
 
 
 def delete_where(spark: SparkSession, target: str, condition: str) -> int:

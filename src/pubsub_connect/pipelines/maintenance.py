@@ -5,18 +5,18 @@ after collects a small file per commit forever. ``pubsub-connect maintain NAME``
 bundle, or by hand beside a running connector) does, per table of the connector:
 
 1. **retention** (``bronze.retention.ms``, ``outbox.retention.ms``, ``dlq.retention.ms``; -1
-   keeps every row): deletes the rows older than the retention *and* committed before the
-   position of every stage that streams the table (its checkpoint's Delta offset), so a stage
-   that is behind — stopped, failing, slow — holds back its input's retention, never loses it;
+   keeps every row): deletes the rows older than the retention *and* held by the table at the
+   last version every stage that streams it has read (its checkpoint's Delta offset; the
+   snapshot by Delta's time travel), so a stage that is behind — stopped, failing, slow — holds
+   back its input's retention, never loses it;
 2. **compaction** (``OPTIMIZE``), and 3. **VACUUM** within Delta's own retention;
 
 and skips 2 and 3 on a Unity Catalog table that Databricks' predictive optimization maintains.
 
 How old a row is: bronze rows carry ``ingest_time`` and dead letters ``failed_at``; an outbox row
 is as old as its commit, known from the samples ``(table version, time)`` each run keeps beside the
-checkpoints (``maintenance.json``): a row counts as older than the retention once a sample that
-old names a version at or after its commit (no clock but this one's is compared).
-"""
+checkpoints (``maintenance.json``): a row counts as older than the retention once the table held
+it at a version sampled that long ago (no clock but this one's is compared)."""
 
 from __future__ import annotations
 
@@ -160,10 +160,6 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
         before = table_maintenance.describe(spark, target)
         report = TableReport(kind, files_before=before.files)
         retention = _retention_ms(config, kind)
-        if retention >= 0 and kind != DLQ and not before.row_tracking:
-            # a row's commit version through compaction: what retention tells consumed rows by
-            table_maintenance.enable_row_tracking(spark, target)
-            report.notes.append("row tracking turned on (rows older than this run become deletable later)")
         version = store.version(table)
         samples.add(kind, version, now, retention)
         if retention >= 0:
@@ -183,7 +179,8 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
 def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, version: int, staged: bool,
             samples: VersionSamples, cutoff_ms: int, report: TableReport) -> int:
     """Delete the rows of ``table`` (now at ``version``) older than ``cutoff_ms`` that every reading
-    stage has consumed."""
+    stage has consumed: those the table held at the last version the reader read (and, for a table
+    without a time column, at the last version sampled before the cutoff)."""
     spark = ctx.spark
     target = ctx.store.sql_target(table)
     age = AGE_COLUMNS.get(table.kind)
@@ -197,16 +194,20 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
     condition = f"{age} < timestamp_millis({cutoff_ms})" if age else None
     expired_up_to, held_by = up_to, None
     if staged and reader is not None:
-        below = consumed_below(ctx.store.checkpoint(config.name, reader))
-        if up_to is None or below - 1 < up_to:
-            up_to, held_by = below - 1, reader
+        read_up_to = consumed_below(ctx.store.checkpoint(config.name, reader)) - 1
+        if up_to is None or read_up_to < up_to:
+            up_to, held_by = read_up_to, reader
     if up_to is None:
         up_to = version
-    deleted = table_maintenance.delete_committed_up_to(spark, target, keys, up_to, condition) if up_to >= 0 else 0
-    if held_by is not None:
-        held = table_maintenance.count_committed(spark, target, up_to, expired_up_to, condition)
-        if held:
-            report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
+    try:
+        deleted = table_maintenance.delete_held_at(spark, target, keys, up_to, condition) if up_to >= 0 else 0
+        held = (table_maintenance.count_added_after(spark, target, keys, up_to, expired_up_to, condition)
+                if held_by is not None else 0)
+    except Exception as exc:  # the snapshot a reader far behind last read may be vacuumed
+        report.notes.append(f"nothing deleted: version {up_to} cannot be read ({error_line(exc)})")
+        return 0
+    if held:
+        report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
     return deleted
 
 
