@@ -2,7 +2,8 @@
 Delta tables — a published record (its bronze row, the message the outbox sent, the publish batch),
 one waiting for the publish stage, one for the convert stage, a dead-lettered one, the fused
 mode's and one whose outbox row expired (their messages made again from bronze, equal to the
-outbox's), and an offset no table holds, in one line."""
+outbox's), an offset no table holds, in one line, and rows that compaction rewrote, each traced to
+the batch that sent it."""
 
 from __future__ import annotations
 
@@ -109,3 +110,30 @@ def test_trace_published_waiting_dead_lettered_fused_and_unknown(spark, kafka_bo
     expired = trace(ctx.store, unique_name, topic, 0, 2, remake)
     assert (expired.message, expired.message_from, expired.published) == (
         published.message, REMADE, "by the publish stage; its outbox row has expired since (outbox.retention.ms)")
+
+
+def test_a_compacted_row_is_traced_to_the_batch_that_sent_it(spark, kafka_bootstrap: str, pubsub_emulator_host: str,
+                                                            unique_name: str, tmp_path: Path) -> None:
+    """Compaction rewrites the outbox's rows into a file of a later version; trace follows each row
+    back through it to the commit that added it, and so to the publish batch that sent it."""
+    topic = f"{unique_name}-in"
+    create_topic(kafka_bootstrap, topic)
+    pubsub_topic, subscription = create_topic_and_subscription(unique_name)
+    config = sink_config(unique_name, topic, pubsub_topic, **JSON)
+    root = tmp_path / "root"
+    ctx = context(spark, kafka_bootstrap, root)
+
+    def run(stage) -> int:
+        return batches_of_one_stage_run(spark, kafka_bootstrap, root, stage, config)
+
+    produce(kafka_bootstrap, topic, [Rec(key=b"k0", value=b'"seq-0"', partition=0)])
+    assert run(cps_sink.staged_ingest) == run(cps_sink.convert) == run(cps_sink.publish) == 1  # publish batch 0
+    produce(kafka_bootstrap, topic, [Rec(key=b"k1", value=b'"seq-1"', partition=0)])
+    assert run(cps_sink.staged_ingest) == run(cps_sink.convert) == 1  # offset 1 waits in the outbox
+    outbox = next(report for report in maintain(ctx, config) if report.kind == "outbox")
+    assert (outbox.deleted, outbox.files_before, outbox.files_after) == (0, 2, 1)  # both rows in one new file
+    assert run(cps_sink.publish) == 1  # publish batch 1
+    assert sorted(m.data for m in pull_all(subscription, 2, 120)) == [b"seq-0", b"seq-1"]
+
+    sent = [trace(ctx.store, unique_name, topic, 0, offset).published for offset in (0, 1)]
+    assert [text.split(",")[0] for text in sent] == ["by publish batch 0", "by publish batch 1"], sent

@@ -5,8 +5,9 @@ Why from the tables and the checkpoint alone: the question comes after the fact 
 reach Pub/Sub, and as what?"), when the record is long gone from the stages' memory. Bronze holds
 the record as ingested; the outbox the message the convert stage made of it (what the publish
 stage sent), or the dead letters why there is none; the publish stage's checkpoint which of its
-micro-batches read the outbox version the row was committed in (its row tracking keeps that
-version), and when that batch committed, which is when Pub/Sub had accepted every message of it.
+micro-batches read the outbox version the row was committed in (the commit that added the row's
+file, followed back through compactions), and when that batch committed, which is when Pub/Sub
+had accepted every message of it.
 A message the outbox no longer holds (its retention, or the fused mode, which has no outbox) is
 made again by the connector's data model from the bronze row, and marked so.
 
@@ -18,8 +19,11 @@ whole batch is a few tenths of a second.
 from __future__ import annotations
 
 import datetime as dt
+import json
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
@@ -134,42 +138,89 @@ def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> st
 def _row_and_version(store: TableStore, table: TableRef, topic: str, partition: int,
                      offset: int) -> tuple[dict[str, Any] | None, int | None]:
     """The record's row in a stage table (None: not there) and the version it was committed in:
-    from row tracking where the table keeps it, else from the time of the row's file."""
+    from row tracking where the table keeps it, else from the Delta log (:func:`_version_from_log`)."""
     if not store.exists(table):
         return None, None
     rows = _coordinates(store.read(table), topic, partition, offset) \
+        .withColumn("_file", F.col("_metadata.file_path")) \
         .withColumn("_file_time", F.col("_metadata.file_modification_time"))
-    if isinstance(store, SparkDeltaTableStore) and table_maintenance.describe(store.spark,
-                                                                              store.sql_target(table)).row_tracking:
+    tracked = isinstance(store, SparkDeltaTableStore) and table_maintenance.describe(
+        store.spark, store.sql_target(table)).row_tracking
+    if tracked:
         rows = rows.withColumn("_version", F.col("_metadata.row_commit_version"))
     found = rows.limit(1).collect()
     if not found:
         return None, None
     row = _shown(found[0])
-    row.pop("_file_time")
+    for hidden in ("_file", "_file_time"):
+        row.pop(hidden)
     version = row.pop("_version", None)
     if version is None:
-        version = _version_by_file_time(store, table, found[0]["_file_time"])
+        version = _version_from_log(store, table, (topic, partition, offset), found[0]["_file"],
+                                    found[0]["_file_time"])
     return row, None if version is None else int(version)
 
 
-def _version_by_file_time(store: TableStore, table: TableRef, file_time: dt.datetime | None) -> int | None:
-    """The version a row of a stage table was committed in, without row tracking: the first version
-    whose log entry is not older than the row's file (one stage appends to bronze or the outbox, a
-    micro-batch after the last committed: its files are written after the last commit and before
-    its own). None when the log is not on a path this process can read."""
-    if file_time is None:
-        return None
+#: The operations of a stage's own appends; any other commit that adds a file rewrote rows the
+#: table already held (OPTIMIZE, or the MERGE of retention keeping a file's other rows).
+APPENDS = frozenset({"WRITE", "STREAMING UPDATE", "CREATE TABLE AS SELECT"})
+#: How many rewrites back a row is followed (each is one look at an earlier snapshot).
+MOST_REWRITES = 20
+
+
+def _version_from_log(store: TableStore, table: TableRef, coordinates: tuple[str, int, int], file: str,
+                      file_time: dt.datetime | None) -> int | None:
+    """The version a row was committed in, without row tracking: the commit that added its file
+    (found from the file's time onwards: one stage appends to bronze or the outbox, so its files
+    are written after the last commit and before their own). When that commit rewrote rows the
+    table already held (compaction, retention), the row is looked up in the snapshot before it and
+    followed back the same way. None when the log is not on a path this process can read, or the
+    snapshot before a rewrite can no longer be read (VACUUM removed its files)."""
     location = store.location(table) if isinstance(store, SparkDeltaTableStore) else store.path(table)
     try:
         log = local_path(location) / "_delta_log"
         versions = sorted(int(p.name[:20]) for p in log.glob("*.json") if p.name[:20].isdigit())
     except (ValueError, OSError):
         return None
-    stamp = file_time.timestamp()
-    for version in versions:
-        if (log / f"{version:020d}.json").stat().st_mtime >= stamp:
+    for _ in range(MOST_REWRITES):
+        added = _commit_adding(log, versions, Path(urllib.parse.urlparse(file).path).name, file_time)
+        if added is None:
+            return None
+        version, operation = added
+        if operation in APPENDS or not isinstance(store, SparkDeltaTableStore):
             return version
+        try:  # rewritten here: where the row was just before
+            earlier = _coordinates(store.spark.sql(f"SELECT *, _metadata.file_path AS _file, "
+                                                   f"_metadata.file_modification_time AS _file_time "
+                                                   f"FROM {store.sql_target(table)} VERSION AS OF {version - 1}"),
+                                   *coordinates).select("_file", "_file_time").limit(1).collect()
+        except Exception:  # its files vacuumed, or its log entry cleaned up
+            return None
+        if not earlier:
+            return None
+        file, file_time = earlier[0]["_file"], earlier[0]["_file_time"]
+    return None
+
+
+def _commit_adding(log: Path, versions: list[int], file_name: str,
+                   file_time: dt.datetime | None) -> tuple[int, str | None] | None:
+    """The first version not older than ``file_time`` whose commit adds ``file_name``, and that
+    commit's operation."""
+    stamp = file_time.timestamp() if file_time is not None else 0.0
+    for version in versions:
+        entry = log / f"{version:020d}.json"
+        if entry.stat().st_mtime < stamp:
+            continue
+        operation, adds = None, False
+        for line in entry.read_text(encoding="utf-8").splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "commitInfo" in action:
+                operation = action["commitInfo"].get("operation")
+            added = action.get("add")
+            if added and urllib.parse.unquote(added.get("path", "")).rsplit("/", 1)[-1] == file_name:
+                adds = True
+        if adds:
+            return version, operation
     return None
 
 
@@ -206,7 +257,8 @@ def _published(store: TableStore, name: str, version: int | None) -> str:
     checkpoint = local_path(store.checkpoint(name, "publish"))
     committed = batch_ids(checkpoint / "commits")
     if version is None:
-        return "unknown (neither row tracking nor a Delta log on a path this process reads dates its row)"
+        return ("unknown (neither row tracking nor a Delta log on a path this process reads dates its row, "
+                "or it was compacted longer ago than the table keeps the files before)")
     for batch in committed:
         offsets = checkpoint / "offsets" / str(batch)
         if not offsets.is_file():
