@@ -199,15 +199,16 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
             up_to, held_by = read_up_to, reader
     if up_to is None:
         up_to = version
-    try:
+    try:  # a MERGE commits whole or not at all
         deleted = table_maintenance.delete_held_at(spark, target, keys, up_to, condition) if up_to >= 0 else 0
-        held = (table_maintenance.count_added_after(spark, target, keys, up_to, expired_up_to, condition)
-                if held_by is not None else 0)
-    except Exception as exc:  # the snapshot a reader far behind last read may be vacuumed
-        report.notes.append(f"nothing deleted: version {up_to} cannot be read ({error_line(exc)})")
+    except Exception as exc:  # e.g. a reader so far behind that VACUUM removed its version's files
+        report.notes.append(f"nothing deleted: the rows held at version {up_to} could not be read "
+                            f"({error_line(exc)})")
         return 0
-    if held:
-        report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
+    if held_by is not None:
+        held = table_maintenance.count_added_after(spark, target, keys, up_to, expired_up_to, condition)
+        if held:
+            report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
     return deleted
 
 
