@@ -32,6 +32,7 @@ from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, LITE_SINK
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.explore.checkpoints import batch_ids, local_path, parse_offset_log
+from pubsub_connect.explore.history import parse_commit
 from pubsub_connect.explore.tables import display_value
 from pubsub_connect.io import table_maintenance
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, SparkDeltaTableStore, TableRef, TableStore
@@ -205,23 +206,22 @@ def _version_from_log(store: TableStore, table: TableRef, coordinates: tuple[str
 def _commit_adding(log: Path, versions: list[int], file_name: str,
                    file_time: dt.datetime | None) -> tuple[int, str | None] | None:
     """The first version not older than ``file_time`` whose commit adds ``file_name``, and that
-    commit's operation."""
+    commit's operation (:func:`~pubsub_connect.explore.history.parse_commit`)."""
     stamp = file_time.timestamp() if file_time is not None else 0.0
     for version in versions:
         entry = log / f"{version:020d}.json"
         if entry.stat().st_mtime < stamp:
             continue
-        operation, adds = None, False
-        for line in entry.read_text(encoding="utf-8").splitlines():
-            action = json.loads(line) if line.strip() else {}
-            if "commitInfo" in action:
-                operation = action["commitInfo"].get("operation")
-            added = action.get("add")
-            if added and urllib.parse.unquote(added.get("path", "")).rsplit("/", 1)[-1] == file_name:
-                adds = True
-        if adds:
-            return version, operation
+        text = entry.read_text(encoding="utf-8")
+        if any(_added_name(json.loads(line)) == file_name for line in text.splitlines() if line.strip()):
+            return version, parse_commit(version, text).operation
     return None
+
+
+def _added_name(action: dict[str, Any]) -> str | None:
+    """The file name an ``add`` action of the Delta log adds (its path is relative and URL-encoded)."""
+    added = action.get("add")
+    return urllib.parse.unquote(added.get("path", "")).rsplit("/", 1)[-1] if added else None
 
 
 def message_maker(config: ConnectorConfig) -> MessageMaker:
