@@ -35,7 +35,6 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pubsub_connect.io.kafka.admin import create_topic
 from pubsub_connect.io.kafka.reader import read_kafka
 from pubsub_connect.io.services.kafka import start_kafka
-from pubsub_connect.io.services.process import stop_pid
 from pubsub_connect.io.spark import Capabilities, build_session
 
 
@@ -145,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if spark is not None:
                 spark.stop()
-            stop_pid(broker.pid)
+            broker.stop()
 
     bare_rate = args.records / statistics.median(bare_s)
     reader_rate = args.records / statistics.median(reader_s)

@@ -18,7 +18,7 @@ import pytest
 from integration.kafka_tls import KafkaTls, make_kafka_tls
 from jvm_options import use_test_jvm_options, without_test_jvm_options
 from pubsub_connect.io.services.kafka import SCRAM_MECHANISM, SaslSslListener, start_kafka
-from pubsub_connect.io.services.process import RunningService, free_port, stop_pid
+from pubsub_connect.io.services.process import RunningService, free_port
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from pubsub_connect.io.services.registry import start_registry
 from pubsub_connect.io.services.s3 import start_s3
@@ -113,7 +113,7 @@ def kafka_service(services_dir: Path, kafka_sasl_ssl_listener: SaslSslListener) 
     for most tests, SASL_SSL for the security ones."""
     service = start_kafka(services_dir / "kafka", sasl_ssl=kafka_sasl_ssl_listener)
     yield service
-    stop_pid(service.pid)
+    service.stop()
 
 
 @pytest.fixture(scope="session")
@@ -139,7 +139,7 @@ def pubsub_service(services_dir: Path) -> Iterator[RunningService]:
         os.environ.pop("PUBSUB_EMULATOR_HOST", None)
     else:
         os.environ["PUBSUB_EMULATOR_HOST"] = previous
-    stop_pid(service.pid)
+    service.stop()
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +152,7 @@ def registry_service(services_dir: Path) -> Iterator[RunningService]:
     """A real Schema Registry (Apicurio Registry, Confluent's API) on loopback."""
     service = start_registry(services_dir / "registry")
     yield service
-    stop_pid(service.pid)
+    service.stop()
 
 
 @pytest.fixture(scope="session")
@@ -166,7 +166,7 @@ def s3_service(services_dir: Path) -> Iterator[RunningService]:
     """A moto S3 server on loopback."""
     service = start_s3(services_dir / "s3")
     yield service
-    stop_pid(service.pid)
+    service.stop()
 
 
 @pytest.fixture(scope="session")

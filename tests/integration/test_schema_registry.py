@@ -19,7 +19,7 @@ from pubsub_connect.io.schema_registry import (
     UnknownSchemaError,
     settings_from,
 )
-from pubsub_connect.io.services.process import free_port, stop_pid
+from pubsub_connect.io.services.process import free_port
 from pubsub_connect.io.services.registry import start_registry
 
 RECORD = json.dumps({"type": "record", "name": "Reading", "namespace": "example",
@@ -65,7 +65,7 @@ def test_schemas_by_id_outlive_the_registry_and_a_dead_url_is_passed_over(tmp_pa
         schema_id = client.register("cached-value", RECORD)
         client.schema(schema_id)
     finally:
-        stop_pid(registry.pid)
+        registry.stop()
     assert json.loads(client.schema(schema_id).text) == json.loads(RECORD)
     with pytest.raises(SchemaRegistryUnreachableError) as err:
         client.schema(schema_id + 1)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import time
@@ -17,15 +16,7 @@ from pubsub_connect.cli import main
 from pubsub_connect.io.services import kafka as svc_kafka
 from pubsub_connect.io.services import pubsub_emulator as svc_pubsub_emulator
 from pubsub_connect.io.services.lifecycle import STARTERS, LocalServices, read_services
-from pubsub_connect.io.services.process import RunningService, ServiceError, stop_pid
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from pubsub_connect.io.services.process import RunningService, ServiceError
 
 
 def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,7 +42,7 @@ def test_services_up_status_down(tmp_path: Path, capsys: pytest.CaptureFixture[s
     finally:
         assert main(["services", "down", "--storage-root", root]) == 0
     assert "stopped: kafka, pubsub, registry, s3" in capsys.readouterr().out
-    assert not any(_alive(s.pid) for s in running.values())
+    assert not any(s.is_running() for s in running.values())
     assert read_services(tmp_path) == {}
 
 
@@ -65,16 +56,16 @@ def test_only_the_registry(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         assert registry.endpoint.startswith("http://127.0.0.1:")
     finally:
         assert main(["services", "down", "--storage-root", root]) == 0
-    assert not _alive(registry.pid)
+    assert not registry.is_running()
 
 
 def test_failed_start_stops_what_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    started: list[int] = []
+    started: list[RunningService] = []
     real_start_kafka = svc_kafka.start_kafka
 
     def start_kafka(workdir: Path) -> RunningService:
         service = real_start_kafka(workdir)
-        started.append(service.pid)
+        started.append(service)
         return service
 
     monkeypatch.setitem(STARTERS, "kafka", start_kafka)
@@ -83,7 +74,7 @@ def test_failed_start_stops_what_started(tmp_path: Path, monkeypatch: pytest.Mon
                         lambda: (_ for _ in ()).throw(ServiceError("Google's Pub/Sub emulator is not installed")))
     with pytest.raises(ServiceError, match="emulator is not installed"):
         LocalServices(tmp_path, ("kafka", "pubsub")).start()
-    assert started and not _alive(started[0])
+    assert started and not started[0].is_running()
 
 
 def test_missing_java_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -214,8 +205,8 @@ def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path)
         assert _read_to_end(bootstrap, topic, end, "read_uncommitted") == plain + aborted + committed
         cluster = (directory / "data" / "meta.properties").read_text()
     finally:
-        stop_pid(service.pid)
-    assert not _alive(service.pid)
+        service.stop()
+    assert not service.is_running()
 
     restarted = svc_kafka.start_kafka(directory, port=service.port)
     try:
@@ -224,8 +215,8 @@ def test_the_broker_is_kafka_and_keeps_its_data_across_a_restart(tmp_path: Path)
         assert _latest_offsets(restarted.endpoint, topic) == (0, end)
         assert _read_to_end(restarted.endpoint, topic, end, "read_committed") == plain + committed
     finally:
-        stop_pid(restarted.pid)
-    assert not _alive(restarted.pid)
+        restarted.stop()
+    assert not restarted.is_running()
 
 
 def test_the_sasl_ssl_listener_takes_a_connect_users_keys_and_refuses_a_wrong_password(

@@ -292,14 +292,25 @@ class ConnectStandalone:
                 status, raw = response.status, response.read()
         except urllib.error.HTTPError as exc:
             status, raw = exc.code, exc.read()
+        except OSError:
+            # refused: a worker that has exited says why (its exit code and log), not just "refused"
+            self._check_alive()
+            raise
         try:
             return status, json.loads(raw) if raw else None
         except ValueError:
             return status, raw.decode(errors="replace")
 
     def _check_alive(self) -> None:
-        if self._proc is not None and self._proc.poll() is not None:
+        if self._proc is None or self._proc.poll() is None:
+            return
+        if not self.started_in_s:
             raise died("Kafka Connect (reference)", self._proc, self.log_path, self.console_path)
+        # after start-up: its last words say whether it was stopped (SIGTERM: code 143) or failed
+        last = [line for path in (self.log_path, self.console_path) if path.is_file()
+                for line in path.read_text(errors="replace").splitlines()[-3:]]
+        raise ServiceError(f"the reference Kafka Connect exited with code {self._proc.returncode} while in use; "
+                           f"its logs end: {' | '.join(last) or 'nothing'} (see {self.log_path})")
 
     def _wait_for_rest(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -39,7 +39,7 @@ from integration.kafka_helpers import Rec, consume_all, create_topic, produce
 from integration.pubsub_helpers import create_topic_and_subscription, pull_distinct, subscriber, subscription_path
 from pubsub_connect.cli import EXIT_USER_ERROR
 from pubsub_connect.io.services.kafka import start_kafka
-from pubsub_connect.io.services.process import RunningService, stop_pid
+from pubsub_connect.io.services.process import RunningService
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from reliability.forwarder import Forwarder
 from reliability.kill_loop import batch_ids, batch_in_flight, pending_batch
@@ -155,7 +155,7 @@ def own_kafka(tmp_path: Path) -> Iterator[list[RunningService]]:
     list is the one running, after restarts too."""
     brokers = [start_kafka(tmp_path / "kafka")]
     yield brokers
-    stop_pid(brokers[-1].pid)
+    brokers[-1].stop()
 
 
 @pytest.mark.parametrize("mode", ["staged", "fused"])
@@ -178,7 +178,7 @@ def test_kafka_broker_restart_with_a_backlog_in_flight_recovers_without_loss(
     try:
         in_flight = connector.await_batch_in_flight("ingest", committed=2)
         broker = own_kafka[-1]
-        stop_pid(broker.pid)  # SIGTERM, as an operator stops a broker
+        broker.stop()  # SIGTERM, as an operator stops a broker
         seen = connector.restart_line(stage)
         own_kafka.append(start_kafka(Path(broker.directory), port=broker.port))
         assert own_kafka[-1].endpoint == bootstrap
@@ -269,7 +269,7 @@ def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up
         connector.assert_running()
 
         # gone for good: the connector stops on its own after pipeline.restart.timeout.ms
-        stop_pid(emulators[-1].pid)
+        emulators[-1].stop()
         forwarder.route_to(None)
         produce(kafka_bootstrap, unique_name, records(range(BACKLOG, BACKLOG + 10)))
         connector.proc.wait(180)
@@ -277,7 +277,7 @@ def test_pubsub_emulator_restart_with_a_backlog_in_flight_recovers_then_gives_up
         connector.kill()
         forwarder.close()
         for emulator in emulators:
-            stop_pid(emulator.pid)
+            emulator.stop()
 
     print(f"{stage} batch {in_flight} in flight when the emulator was cut off ({len(before)} message(s) had "
           f"reached it); the connector said: {seen}")

@@ -26,6 +26,7 @@ from pubsub_connect.io.services.process import (
     ServiceError,
     died,
     free_port,
+    process_started,
     stop_pid,
     wait_for_port,
 )
@@ -315,7 +316,7 @@ def start_kafka(directory: Path, port: int | None = None, overrides: Mapping[str
     log.info("Kafka broker %s ready at %s after %.1f s (%s)", KAFKA_VERSION, bootstrap,
              time.monotonic() - started, directory)
     return RunningService("kafka", proc.pid, port, bootstrap, {"KAFKA_BOOTSTRAP_SERVERS": bootstrap},
-                          str(log_path), str(directory))
+                          str(log_path), str(directory), process_started(proc.pid))
 
 
 def _set_scram_credentials(bootstrap: str, users: Mapping[str, str], timeout_s: float = 30) -> None:

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from pubsub_connect.io.services.kafka import start_kafka
-from pubsub_connect.io.services.process import RunningService, ServiceError, stop_pid
+from pubsub_connect.io.services.process import RunningService, ServiceError
 from pubsub_connect.io.services.pubsub_emulator import start_pubsub_emulator
 from pubsub_connect.io.services.registry import start_registry
 from pubsub_connect.io.services.s3 import start_s3
@@ -56,7 +56,7 @@ class LocalServices:
 
     def stop(self) -> None:
         for service in reversed(list(self.running.values())):
-            stop_pid(service.pid)
+            service.stop()
         self.running.clear()
 
     @property
@@ -93,18 +93,16 @@ def services_up(storage_root: Path, names: tuple[str, ...] = ALL_SERVICES) -> di
 
 
 def read_services(storage_root: Path) -> dict[str, RunningService]:
-    """Services recorded by ``services_up`` whose process is still alive."""
+    """Services recorded by ``services_up`` whose process still runs: a record whose pid another
+    process has since been given is dropped, not stopped later."""
     path = state_file(storage_root)
     if not path.exists():
         return {}
     alive: dict[str, RunningService] = {}
     for name, raw in json.loads(path.read_text()).items():
         service = RunningService(**raw)
-        try:
-            os.kill(service.pid, 0)
-        except ProcessLookupError:
-            continue
-        alive[name] = service
+        if service.is_running():
+            alive[name] = service
     return alive
 
 
@@ -112,7 +110,7 @@ def services_down(storage_root: Path) -> list[str]:
     """Stop every service recorded by ``services_up``; returns the names stopped."""
     running = read_services(storage_root)
     for service in running.values():
-        stop_pid(service.pid)
+        service.stop()
     path = state_file(storage_root)
     if path.exists():
         path.unlink()

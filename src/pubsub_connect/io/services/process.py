@@ -88,6 +88,56 @@ class RunningService:
     env: dict[str, str] = field(default_factory=dict)
     log_path: str = ""
     directory: str = ""
+    #: When the process started (:func:`process_started`); 0 when not known (a state file
+    #: written before it was recorded). Tells the process from a later one given the same pid.
+    started: int = 0
+
+    def is_running(self) -> bool:
+        """Whether the process started as this service still runs (not merely some process with
+        its pid, nor its zombie waiting to be reaped)."""
+        return _is_our_process(self.pid, self.started) and _proc_stat(self.pid)[:1] != ["Z"]
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop the service and its children; nothing when it is gone already."""
+        stop_pid(self.pid, timeout_s, self.started)
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which is in parentheses and
+    may hold any character): the state first. Empty where there is no ``/proc`` or no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def process_started(pid: int) -> int:
+    """When process ``pid`` started, in clock ticks since boot; 0 where there is no ``/proc``
+    or no such process.
+
+    Why: the machine hands a freed pid out again, and with Linux's default of 32,768 pids and
+    JVMs that start hundreds of threads (each takes a pid) that comes round within minutes. A pid
+    kept for later (a service to stop at the end of a session, a state file) can by then name
+    another process, or a thread of one, which a signal to it would stop.
+    """
+    fields = _proc_stat(pid)
+    return int(fields[19]) if fields else 0
+
+
+def _is_our_process(pid: int, started: int = 0) -> bool:
+    """Whether ``pid`` is still the process a service was started as.
+
+    Every service is started in a session of its own (:class:`ManagedProcess`), so it leads its
+    process group: a pid that does not is a process or thread that got the number later. Where
+    the start time was recorded, it must match too.
+    """
+    try:
+        if os.getpgid(pid) != pid:
+            return False
+    except ProcessLookupError:
+        return False
+    return not started or process_started(pid) in (0, started)
 
 
 class ManagedProcess:
@@ -115,12 +165,13 @@ class ManagedProcess:
         return self.proc
 
 
-def stop_pid(pid: int, timeout_s: float = 10.0) -> None:
-    """SIGTERM the process group of ``pid``; SIGKILL what is left after ``timeout_s``."""
-    try:
-        pgid = os.getpgid(pid)
-    except ProcessLookupError:
+def stop_pid(pid: int, timeout_s: float = 10.0, started: int = 0) -> None:
+    """SIGTERM the process group that service process ``pid`` leads; SIGKILL what is left after
+    ``timeout_s``. Nothing when ``pid`` no longer is that process (:func:`_is_our_process`):
+    stopping a service that died long ago must not stop whatever has its pid now."""
+    if not _is_our_process(pid, started):
         return
+    pgid = pid
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s

@@ -7,7 +7,14 @@ import os
 import shutil
 from pathlib import Path
 
-from pubsub_connect.io.services.process import LOOPBACK, RunningService, ServiceError, free_port, start_listening
+from pubsub_connect.io.services.process import (
+    LOOPBACK,
+    RunningService,
+    ServiceError,
+    free_port,
+    process_started,
+    start_listening,
+)
 
 
 def pubsub_emulator_command() -> list[str]:
@@ -39,4 +46,4 @@ def start_pubsub_emulator(workdir: Path, port: int | None = None) -> RunningServ
     proc = start_listening("pubsub", argv, log_path, port, "Pub/Sub emulator", 60)
     host = f"{LOOPBACK}:{port}"
     return RunningService("pubsub", proc.pid, port, host, {"PUBSUB_EMULATOR_HOST": host}, str(log_path),
-                          str(workdir))
+                          str(workdir), process_started(proc.pid))

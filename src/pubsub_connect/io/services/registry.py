@@ -33,6 +33,7 @@ from pubsub_connect.io.services.process import (
     RunningService,
     ServiceError,
     free_port,
+    process_started,
     start_listening,
     stop_pid,
 )
@@ -96,7 +97,8 @@ def start_registry(workdir: Path, port: int | None = None) -> RunningService:
     except BaseException:
         stop_pid(proc.pid)
         raise
-    return RunningService("registry", proc.pid, port, registry_url(port), {}, str(log_path), str(workdir))
+    return RunningService("registry", proc.pid, port, registry_url(port), {}, str(log_path), str(workdir),
+                          process_started(proc.pid))
 
 
 def _wait_ready(port: int, timeout_s: float) -> None:

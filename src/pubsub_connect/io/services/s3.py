@@ -7,7 +7,14 @@ import shutil
 import sys
 from pathlib import Path
 
-from pubsub_connect.io.services.process import LOOPBACK, RunningService, ServiceError, free_port, start_listening
+from pubsub_connect.io.services.process import (
+    LOOPBACK,
+    RunningService,
+    ServiceError,
+    free_port,
+    process_started,
+    start_listening,
+)
 
 
 def moto_server_command() -> list[str]:
@@ -33,4 +40,4 @@ def start_s3(workdir: Path, port: int | None = None) -> RunningService:
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    return RunningService("s3", proc.pid, port, endpoint, env, str(log_path), str(workdir))
+    return RunningService("s3", proc.pid, port, endpoint, env, str(log_path), str(workdir), process_started(proc.pid))
