@@ -33,7 +33,9 @@ from _common import (
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.pipelines.cps_sink import STAGES
-from pubsub_connect.pipelines.replay import replay, replay_range, sink_replay
+from pubsub_connect.pipelines.replay.ranges import replay_range
+from pubsub_connect.pipelines.replay.run import replay
+from pubsub_connect.pipelines.replay.sink import sink_replay
 
 PROJECT = "bench-project"
 

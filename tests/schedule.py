@@ -51,6 +51,8 @@ MEASURED_SECONDS = {
     # Measured alone: 49 s and about 60 s.
     "e2e/test_replay.py": 50,
     "e2e/test_trace.py": 60,
+    # Measured alone: 66 s (a staged run, four replays, a replay from a shell).
+    "e2e/test_source_replay.py": 66,
     "integration/test_kafka_source.py": 165,
     "integration/test_driver_class_data.py": 138,
     "e2e/test_worker.py": 128,

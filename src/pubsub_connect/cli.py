@@ -93,19 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--json", action="store_true", help="print the journey as JSON")
     _add_named_connector_args(trace, "worker config (storage.root, spark.*)")
 
-    replay = sub.add_parser("replay", help="publish a range of a sink's bronze again (backfill a new "
-                            "subscription's topic with --to-topic)")
+    replay = sub.add_parser("replay", help="send a range of a connector's bronze again: a sink's to Pub/Sub, a "
+                            "source's to Kafka (backfill a new topic with --to-topic)")
     replay.add_argument("name", help="the connector's name")
-    replay.add_argument("--offsets", action="append", default=[], metavar="TOPIC:PARTITION:FIRST-LAST",
-                        help="Kafka offsets to replay, both ends included (LAST left out: to the end); repeatable")
+    replay.add_argument("--offsets", action="append", default=[], metavar="[TOPIC:]PARTITION:FIRST-LAST",
+                        help="offsets to replay, both ends included (LAST left out: to the end); repeatable: a "
+                             "sink's Kafka topic:partition:first-last, a Lite source's partition:first-last")
     replay.add_argument("--since", metavar="TIME", help="replay records from this ISO-8601 time on (included)")
     replay.add_argument("--until", metavar="TIME", help="... up to this ISO-8601 time (excluded)")
-    replay.add_argument("--time-column", default="timestamp", choices=("timestamp", "ingest_time"),
-                        help="the time --since/--until compare: the record's Kafka timestamp or bronze's ingest time")
-    replay.add_argument("--to-topic", metavar="TOPIC", help="publish to this topic instead of the connector's")
-    replay.add_argument("--dry-run", action="store_true", help="convert and count, publish nothing")
+    replay.add_argument("--time-column", choices=("timestamp", "publish_time", "event_time", "ingest_time"),
+                        help="the time --since/--until compare: a sink's record timestamp (its default), a "
+                             "source's message publish_time (its default) or a Lite message's event_time, or "
+                             "ingest_time (when bronze took it in)")
+    replay.add_argument("--to-topic", metavar="TOPIC", help="send to this topic instead of the connector's")
+    replay.add_argument("--dry-run", action="store_true", help="convert and count, send nothing")
     replay.add_argument("--batch-size", type=int, default=100_000, metavar="N",
-                        help="offsets per partition per chunk (one progress line each)")
+                        help="records (a sink: offsets per partition) per chunk, one progress line each; a "
+                             "source's chunk is one Kafka transaction")
+    replay.add_argument("--replay-id", metavar="ID",
+                        help="name the replay (by default: from the connector, range, destination and batch "
+                             "size); a source's replay run again under the same id skips the chunks it committed")
     _add_named_connector_args(replay, "worker config (storage.root, spark.*)")
 
     pipeline = sub.add_parser("pipeline", help="a connector as a Lakeflow Declarative Pipeline, run locally")
@@ -310,17 +317,19 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from pubsub_connect.connect.offsets_command import connector_config
-    from pubsub_connect.pipelines.replay import replay, replay_range, sink_replay
+    from pubsub_connect.pipelines.replay.ranges import replay_range
+    from pubsub_connect.pipelines.replay.run import replay, replay_steps
     from pubsub_connect.pipelines.runtime import build_context
 
     worker = cfg.load_worker(args.worker, [])
     _use_running_services(worker)
     config = connector_config(worker, args.name, args.connector, must_be_stopped=False)
-    chosen = replay_range(args.offsets, args.since, args.until, args.time_column)
+    chosen = replay_range(args.offsets, args.since, args.until, args.time_column, config.kind)
     ctx = build_context(worker, once=True, progress=lambda line: print(line, flush=True))
-    steps = sink_replay(config, args.to_topic)  # column expressions: after the session
-    report = replay(ctx, config, chosen, steps, dry_run=args.dry_run, batch_size=args.batch_size)
-    print(report.line(config.name, args.dry_run), flush=True)
+    steps = replay_steps(ctx, config, args.to_topic)  # column expressions: after the session
+    report = replay(ctx, config, chosen, steps, dry_run=args.dry_run, batch_size=args.batch_size,
+                    replay_id=args.replay_id)
+    print(report.line(config.name, args.dry_run, steps.verbs), flush=True)
     return 0
 
 

@@ -132,14 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "then exit (the scheduled <connector>_maintain jobs)")
     replay = parser.add_argument_group("replay (the <connector>_replay jobs; empty values are left out)")
     replay.add_argument("--replay", action="store_true",
-                        help="instead of stages: publish a range of the sink's bronze again, then exit")
+                        help="instead of stages: send a range of the connector's bronze again, then exit")
     replay.add_argument("--offsets", action="append", default=[], metavar="RANGES",
-                        help="topic:partition:first-last ranges, separated by spaces")
+                        help="offset ranges (a sink's topic:partition:first-last, a Lite source's "
+                             "partition:first-last), separated by spaces")
     replay.add_argument("--since", default="", metavar="TIME")
     replay.add_argument("--until", default="", metavar="TIME")
-    replay.add_argument("--time-column", default="timestamp", metavar="COLUMN")
+    replay.add_argument("--time-column", default="", metavar="COLUMN")
     replay.add_argument("--to-topic", default="", metavar="TOPIC")
     replay.add_argument("--dry-run", nargs="?", const="true", default="false", metavar="true|false")
+    replay.add_argument("--replay-id", default="", metavar="ID")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key; the value may be a secret reference")
     parser.add_argument("--secret-scope", default=None, metavar="SCOPE",
@@ -208,20 +210,22 @@ def _maintain(run_config: cfg.RunConfig, emit: Callable[[str], None]) -> None:
 
 
 def _replay_job(args: argparse.Namespace) -> Callable[[cfg.RunConfig, Callable[[str], None]], None]:
-    """One replay (:func:`pubsub_connect.pipelines.replay.replay_from_parameters`) from the job's
+    """One replay (:func:`pubsub_connect.pipelines.replay.run.replay_from_parameters`) from the job's
     parameters: what ``pubsub-connect replay`` does."""
 
     def run_replay(run_config: cfg.RunConfig, emit: Callable[[str], None]) -> None:
-        from pubsub_connect.pipelines.replay import replay_from_parameters, replay_range
+        from pubsub_connect.pipelines.replay.ranges import replay_range
+        from pubsub_connect.pipelines.replay.run import replay_from_parameters
         from pubsub_connect.pipelines.runtime import build_context
 
         connector = run_config.connectors[0]
         offsets = " ".join(args.offsets)
-        replay_range(offsets.split(), args.since or None, args.until or None, args.time_column)  # before Spark
+        replay_range(offsets.split(), args.since or None, args.until or None, args.time_column or None,
+                     connector.kind)  # before Spark
         ctx = build_context(run_config.worker, once=True, progress=emit)
         emit(f"pubsub-connect-job {__version__}: {connector.name} replay; storage {ctx.store.root}")
         replay_from_parameters(ctx, connector, offsets, args.since, args.until, args.time_column, args.to_topic,
-                               args.dry_run)
+                               args.dry_run, args.replay_id)
 
     return run_replay
 

@@ -28,8 +28,17 @@ KINDS = tuple(STAGES)
 FUSED = ("cps_sink", "cps_source", "lite_sink", "lite_source")
 #: The connectors with tables to maintain: a scheduled <connector>_maintain job each.
 MAINTAINED = FUSED
-#: The sinks, whose bronze can be published again: an on-demand <connector>_replay job each.
-REPLAYED = ("cps_sink", "lite_sink")
+#: The connectors whose bronze can be sent again (a sink's to Pub/Sub, a source's to Kafka): an
+#: on-demand <connector>_replay job each.
+REPLAYED = FUSED
+#: Each replay job's range parameters and their defaults: a Cloud Pub/Sub source's bronze has no
+#: offsets, and a source's time range is on the message's publish time by default.
+REPLAY_RANGES = {
+    "cps_sink": {"offsets": "", "since": "", "until": "", "time_column": "timestamp"},
+    "lite_sink": {"offsets": "", "since": "", "until": "", "time_column": "timestamp"},
+    "cps_source": {"since": "", "until": "", "time_column": "publish_time"},
+    "lite_source": {"offsets": "", "since": "", "until": "", "time_column": "publish_time"},
+}
 
 
 def job_list(kind: str) -> str:
@@ -160,13 +169,14 @@ def test_replay_job_takes_its_range_as_job_parameters(bundle, kind: str) -> None
     job = bundle.jobs[f"{kind}_replay"]
     assert "schedule" not in job and "continuous" not in job and job["max_concurrent_runs"] == 1
     assert {p["name"]: p["default"] for p in job["parameters"]} == {
-        "offsets": "", "since": "", "until": "", "time_column": "timestamp", "to_topic": "", "dry_run": "true"}
+        **REPLAY_RANGES[kind], "to_topic": "", "replay_id": "", "dry_run": "true"}
     [task] = job["tasks"]
     args = jobs.build_parser().parse_args(task["python_wheel_task"]["parameters"])
     assert args.replay and not args.stage and not args.once
-    assert (args.offsets, args.since, args.until, args.time_column, args.to_topic, args.dry_run) == (
-        ["{{job.parameters.offsets}}"], "{{job.parameters.since}}", "{{job.parameters.until}}",
-        "{{job.parameters.time_column}}", "{{job.parameters.to_topic}}", "{{job.parameters.dry_run}}")
+    assert (args.offsets, args.since, args.until, args.time_column, args.to_topic, args.replay_id, args.dry_run) == (
+        ["{{job.parameters.offsets}}"] if "offsets" in REPLAY_RANGES[kind] else [], "{{job.parameters.since}}",
+        "{{job.parameters.until}}", "{{job.parameters.time_column}}", "{{job.parameters.to_topic}}",
+        "{{job.parameters.replay_id}}", "{{job.parameters.dry_run}}")
 
 
 @pytest.mark.parametrize("kind", FUSED)

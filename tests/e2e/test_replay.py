@@ -18,7 +18,9 @@ from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.io.tables import DLQ, TableRef
 from pubsub_connect.pipelines import cps_sink
 from pubsub_connect.pipelines.context import ConnectorError
-from pubsub_connect.pipelines.replay import ReplayReport, replay, replay_range, sink_replay
+from pubsub_connect.pipelines.replay.ranges import replay_range
+from pubsub_connect.pipelines.replay.run import ReplayReport, replay
+from pubsub_connect.pipelines.replay.sink import sink_replay
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
