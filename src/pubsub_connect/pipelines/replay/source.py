@@ -24,8 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 
-from pyspark import StorageLevel
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -37,7 +36,6 @@ from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext
 from pubsub_connect.pipelines.kafka_produce import indexed_rows, produce_batch, transactional_id
 from pubsub_connect.pipelines.produce_rejects import ProduceDeadLetters, apply_tolerance
-from pubsub_connect.pipelines.replay.ranges import ReplayRange
 from pubsub_connect.pipelines.replay.steps import ReplaySteps, Sent
 
 #: The replay's name among a connector's Kafka transactions (``pubsub-connect-<name>-replay``).
@@ -49,14 +47,13 @@ _ROW = "_replay_row"
 @dataclasses.dataclass(frozen=True)
 class SourceShape:
     """What differs between the two sources: the bronze columns records are produced in the order
-    of, the outbox's produce order, its dead letters' table and its refused records' rows, and
-    whether bronze can hold a message twice (a Cloud Pub/Sub redelivery)."""
+    of (unique per message), the outbox's produce order, its dead letters' table and its refused
+    records' rows."""
 
     bronze_order: Sequence[str]
     produce_order: Sequence[str]
     dlq_schema: StructType
     rejects: ProduceDeadLetters
-    one_row_per: Sequence[str] = ()
 
 
 class SourceReplay(ReplaySteps):
@@ -73,22 +70,21 @@ class SourceReplay(ReplaySteps):
         self.target = str(config.get("kafka.topic"))
         self.dlq_schema = shape.dlq_schema
 
-    def select(self, bronze: DataFrame, chosen: ReplayRange) -> DataFrame:
-        selected = super().select(bronze, chosen)
-        # a redelivered message is in bronze twice, alike in all a record is made of
-        return selected.dropDuplicates(list(self.shape.one_row_per)) if self.shape.one_row_per else selected
-
     def chunks(self, selected: DataFrame, batch_size: int) -> Iterator[DataFrame]:
-        # one partition in produce order numbers the rows 0.. in that order (as the produce
-        # stage's writer numbers a batch's); kept, so every chunk reads the same numbering
-        numbered = (selected.repartition(1).sortWithinPartitions(*self.shape.bronze_order)
-                    .withColumn(_ROW, F.monotonically_increasing_id())).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            total = numbered.count()
-            for first in range(0, total, batch_size):
-                yield numbered.filter(F.col(_ROW).between(first, first + batch_size - 1)).drop(_ROW)
-        finally:
-            numbered.unpersist()
+        # Numbered once over the selection's keys alone (a redelivered message, twice in bronze,
+        # is one key), in one partition in produce order, as the produce stage's writer numbers a
+        # batch: every batch_size-th key starts a chunk. A chunk is then a key range of the
+        # selection, read when it is sent: nothing but those few keys is held, and both copies of
+        # a redelivered message fall into one chunk, where the conversion keeps one.
+        keys = _keys(selected, self.shape.bronze_order)
+        numbered = (selected.select(*keys.values()).distinct().repartition(1).sortWithinPartitions(*keys)
+                    .withColumn(_ROW, F.monotonically_increasing_id()))
+        starts = numbered.filter(F.col(_ROW) % batch_size == 0).orderBy(_ROW).select(*keys).collect()
+        for index, start in enumerate(starts):
+            chunk = _from(keys, start)
+            if index + 1 < len(starts):
+                chunk = chunk & ~_from(keys, starts[index + 1])
+            yield selected.filter(chunk)
 
     def convert(self, rows: DataFrame, converted_before: int) -> DataFrame:
         return self._convert(rows, converted_before)
@@ -110,6 +106,22 @@ class SourceReplay(ReplaySteps):
                                   outcome, lambda: indexed_rows(good, order), chunk,
                                   app_id=f"{self.config.name}/{STAGE}@{replay_id}-produce-dlq")
         return Sent(max(outcome.written, 0), refused, outcome.written < 0)
+
+
+def _keys(rows: DataFrame, order: Sequence[str]) -> dict[str, Column]:
+    """The produce-order key columns of ``rows``, by name; a time as microseconds since the epoch,
+    so that a key collected to the driver compares exactly, whatever the session's time zone."""
+    types = dict(rows.dtypes)
+    return {name: (F.unix_micros(F.col(name)) if types[name] == "timestamp" else F.col(name)).alias(name)
+            for name in order}
+
+
+def _from(keys: dict[str, Column], start: Row) -> Column:
+    """The rows at or after key ``start`` (compared column by column, in ``keys``' order)."""
+    (name, key), *rest = keys.items()
+    if not rest:
+        return key >= start[name]
+    return (key > start[name]) | ((key == start[name]) & _from(dict(rest), start))
 
 
 def _aimed(config: ConnectorConfig, to_topic: str | None) -> ConnectorConfig:
@@ -152,7 +164,7 @@ def _cps_source(ctx: PipelineContext, config: ConnectorConfig) -> SourceReplay:
         return (converted.filter(F.col("error_class").isNull()).select(*OUTBOX_COLUMNS),
                 kafka_dead_letters(converted))
 
-    shape = SourceShape(PRODUCE_ORDER, PRODUCE_ORDER, PUBSUB_DLQ, PRODUCE_DEAD_LETTERS, one_row_per=("message_id",))
+    shape = SourceShape(PRODUCE_ORDER, PRODUCE_ORDER, PUBSUB_DLQ, PRODUCE_DEAD_LETTERS)
     return SourceReplay(ctx, config, shape, conversion.apply, split)
 
 
