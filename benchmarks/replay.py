@@ -45,10 +45,19 @@ from pubsub_connect.io.services.lifecycle import LocalServices, environment
 from pubsub_connect.io.tables import BRONZE, TableRef
 from pubsub_connect.model.schemas import PUBSUB_BRONZE
 from pubsub_connect.pipelines import cps_sink, cps_source
-from pubsub_connect.pipelines.replay.ranges import replay_range
+from pubsub_connect.pipelines.replay.ranges import ReplayRange, replay_range
 from pubsub_connect.pipelines.replay.run import ReplayReport, replay, replay_steps
 
 PROJECT = "bench-project"
+
+
+def timed_replay(ctx: Any, connector: cfg.ConnectorConfig, chosen: ReplayRange,
+                 batch_size: int) -> tuple[float, ReplayReport]:
+    """The replay of ``chosen`` to the topic ``backfill``: its seconds and report."""
+    started = time.perf_counter()
+    report = replay(ctx, connector, chosen, replay_steps(ctx, connector, "backfill"), batch_size=batch_size,
+                    progress=lambda line: None)
+    return time.perf_counter() - started, report
 
 
 def sink(args: argparse.Namespace, root: Path, services: LocalServices) -> tuple[dict[str, float], float,
@@ -69,10 +78,7 @@ def sink(args: argparse.Namespace, root: Path, services: LocalServices) -> tuple
     try:
         _, stage_seconds = timed_stages(ctx, connector, cps_sink.STAGES)
         chosen = replay_range([f"bench:{p}:0-" for p in range(3)], None, None, "timestamp")
-        started = time.perf_counter()
-        report = replay(ctx, connector, chosen, replay_steps(ctx, connector, "backfill"),
-                        batch_size=args.batch_size, progress=lambda line: None)
-        return stage_seconds, time.perf_counter() - started, report
+        return (stage_seconds, *timed_replay(ctx, connector, chosen, args.batch_size))
     finally:
         ctx.spark.stop()
 
@@ -108,10 +114,7 @@ def source(args: argparse.Namespace, root: Path, services: LocalServices) -> tup
         ctx.store.append_batch(bronze, messages, "bench-pull", 0)
         _, stage_seconds = timed_stages(ctx, connector, cps_source.STAGES[1:])
         chosen = replay_range([], "2000-01-01T00:00:00Z", None, "ingest_time", CPS_SOURCE)
-        started = time.perf_counter()
-        report = replay(ctx, connector, chosen, replay_steps(ctx, connector, "backfill"),
-                        batch_size=args.batch_size, progress=lambda line: None)
-        return stage_seconds, time.perf_counter() - started, report
+        return (stage_seconds, *timed_replay(ctx, connector, chosen, args.batch_size))
     finally:
         ctx.spark.stop()
 
