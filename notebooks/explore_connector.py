@@ -9,7 +9,8 @@
 # MAGIC `connector` (its .properties file, or its name), `storage_root` (the bundle's variable
 # MAGIC `storage_root`), `catalog` and `schema` (empty for path tables), `shape` (`jobs`, or
 # MAGIC `pipeline` for the tables of the connector's declarative pipeline), `bootstrap_servers`,
-# MAGIC `samples`, `trace` (a sink's Kafka record as `topic/partition@offset`: its journey).
+# MAGIC `samples`, `trace` (a record's journey: a sink's Kafka record as `topic/partition@offset`, a Cloud
+# MAGIC Pub/Sub source's message id, a Lite source's message as `partition@offset`).
 
 # COMMAND ----------
 
@@ -22,7 +23,8 @@ from pathlib import Path
 if importlib.util.find_spec("pubsub_connect") is None:
     sys.path.insert(0, str(Path.cwd().parent / "src"))
 
-from pubsub_connect.explore import checkpoints, context, output, tables, trace
+from pubsub_connect.config.keys import CPS_SOURCE, LITE_SOURCE
+from pubsub_connect.explore import checkpoints, context, output, source_trace, tables, trace
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 
 # COMMAND ----------
@@ -87,7 +89,11 @@ for kind in (BRONZE, OUTBOX, DLQ):
 
 # COMMAND ----------
 
-if params["trace"]:
+if params["trace"] and connector.kind in (CPS_SOURCE, LITE_SOURCE):
+    journey = source_trace.trace_message(store, connector.name,
+                                         source_trace.parse_message(connector.kind, params["trace"]))
+    print("\n".join(journey.lines()))
+elif params["trace"]:
     topic, partition, offset = trace.parse_record(params["trace"])
     journey = trace.trace(store, connector.name, topic, partition, offset, trace.notebook_maker(params["connector"]))
     print("\n".join(journey.lines()))

@@ -84,12 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     maintain.add_argument("name", help="the connector's name")
     _add_named_connector_args(maintain, "worker config (storage.root, spark.*)")
 
-    trace = sub.add_parser("trace", help="a Kafka record's journey through a sink connector: bronze, message or "
-                           "dead letter, publish batch")
+    trace = sub.add_parser("trace", help="one record's journey: a sink's Kafka record (--topic --partition "
+                           "--offset) to its message, a source's message (--message-id, or a Lite source's "
+                           "--partition --offset) to its Kafka record; bronze, dead letters, the batch that sent it")
     trace.add_argument("name", help="the connector's name")
-    trace.add_argument("--topic", required=True)
-    trace.add_argument("--partition", type=int, required=True)
-    trace.add_argument("--offset", type=int, required=True)
+    trace.add_argument("--topic", help="a sink's Kafka topic")
+    trace.add_argument("--partition", type=int, help="a sink's Kafka partition, or a Lite source's Lite partition")
+    trace.add_argument("--offset", type=int, help="... and the offset in it")
+    trace.add_argument("--message-id", help="a Cloud Pub/Sub source's message id")
     trace.add_argument("--json", action="store_true", help="print the journey as JSON")
     _add_named_connector_args(trace, "worker config (storage.root, spark.*)")
 
@@ -303,14 +305,14 @@ def cmd_maintain(args: argparse.Namespace) -> int:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from pubsub_connect.connect.offsets_command import connector_config
-    from pubsub_connect.explore.trace import message_maker, trace
+    from pubsub_connect.explore.trace_command import journey_finder
     from pubsub_connect.pipelines.runtime import build_context
 
     worker = cfg.load_worker(args.worker, [])
     config = connector_config(worker, args.name, args.connector, must_be_stopped=False)
-    remake = message_maker(config)
+    trace_of = journey_finder(config, args.topic, args.partition, args.offset, args.message_id)
     ctx = build_context(worker, once=True, progress=lambda line: None)
-    journey = trace(ctx.store, config.name, args.topic, args.partition, args.offset, remake)
+    journey = trace_of(ctx.store)
     print(json.dumps(journey.as_dict(), indent=1) if args.json else "\n".join(journey.lines()), flush=True)
     return 0
 

@@ -1,5 +1,6 @@
 """A Kafka record's journey through a sink connector: ``pubsub-connect trace NAME --topic T
---partition P --offset O``, and the explore notebook's trace cell.
+--partition P --offset O``, and the explore notebook's trace cell (a source's messages:
+:mod:`.source_trace`, with the helpers here).
 
 Why from the tables and the checkpoint alone: the question comes after the fact ("did offset 42
 reach Pub/Sub, and as what?"), when the record is long gone from the stages' memory. Bronze holds
@@ -40,7 +41,7 @@ from pubsub_connect.pipelines.maintenance import consumed_below
 from pubsub_connect.pipelines.modes import FUSED, stored_mode
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 #: A bronze row (a one-row frame) → the message the data model makes of it, or None.
 MessageMaker = Callable[["DataFrame"], "dict[str, Any] | None"]
@@ -61,20 +62,25 @@ class Journey:
     message_from: str | None = None
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     published: str | None = None
+    #: What sending is called: a sink publishes a message, a source produces a record.
+    sent: str = "published"
+    #: What the outbox row is: the message a sink sent, the Kafka record a source produced.
+    sent_as: str = "message"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"record": self.record, "bronze": self.bronze, "message": self.message,
-                "message_from": self.message_from, "dead_letters": self.dead_letters, "published": self.published}
+        sent_as = self.sent_as.replace(" ", "_")
+        return {"record": self.record, "bronze": self.bronze, sent_as: self.message,
+                f"{sent_as}_from": self.message_from, "dead_letters": self.dead_letters, self.sent: self.published}
 
     def lines(self) -> list[str]:
         out = [self.record]
         if self.bronze is not None:
             out.append(f"  bronze: {_fields(self.bronze)}")
         if self.message is not None:
-            out.append(f"  message ({self.message_from}): {_fields(self.message)}")
+            out.append(f"  {self.sent_as} ({self.message_from}): {_fields(self.message)}")
         out.extend(f"  dead letter: {_fields(row)}" for row in self.dead_letters)
         if self.published is not None:
-            out.append(f"  published: {self.published}")
+            out.append(f"  {self.sent}: {self.published}")
         return out
 
 
@@ -87,8 +93,9 @@ def _shown(row: Any, width: int = 200) -> dict[str, Any]:
             for k, v in row.asDict(recursive=False).items()}
 
 
-def _coordinates(df: DataFrame, topic: str, partition: int, offset: int) -> DataFrame:
-    return df.filter((F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset))
+def kafka_record(topic: str, partition: int, offset: int) -> Column:
+    """The rows of Kafka record ``topic``/``partition``@``offset``."""
+    return (F.col("topic") == topic) & (F.col("partition") == partition) & (F.col("offset") == offset)
 
 
 def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
@@ -98,31 +105,37 @@ def trace(store: TableStore, name: str, topic: str, partition: int, offset: int,
     none. Raises :class:`ConfigError` (one line) when none of its tables holds the record."""
     journey = Journey(f"{topic}/{partition}@{offset}")
     tables = {kind: TableRef(kind, name) for kind in (BRONZE, OUTBOX, DLQ)}
-    journey.bronze, bronze_version = _row_and_version(store, tables[BRONZE], topic, partition, offset)
-    if store.exists(tables[DLQ]):
-        journey.dead_letters = [_shown(row) for row in _coordinates(store.read(tables[DLQ]), topic, partition, offset)
-                                .orderBy("failed_at").collect()]
+    record = kafka_record(topic, partition, offset)
+    journey.bronze, bronze_version = row_and_version(store, tables[BRONZE], record)
+    journey.dead_letters = dead_letters(store, tables[DLQ], record)
     if journey.bronze is None and not journey.dead_letters:
         raise ConfigError(f"{name}: no record {journey.record} in its bronze table or dead letters"
                           f"{_held(store, tables[BRONZE], topic, partition)}")
-    message, version = _row_and_version(store, tables[OUTBOX], topic, partition, offset)
+    message, version = row_and_version(store, tables[OUTBOX], record)
     if message is not None:  # what the publish stage sent
         journey.message = {k: v for k, v in message.items() if k not in ("topic", "partition", "offset")}
         journey.message_from = FROM_OUTBOX
     elif journey.bronze is not None and not journey.dead_letters and remake is not None:
-        journey.message = remake(_coordinates(store.read(tables[BRONZE]), topic, partition, offset).limit(1))
+        journey.message = remake(store.read(tables[BRONZE]).filter(record).limit(1))
         journey.message_from = REMADE if journey.message is not None else None
     if journey.message is None:
         return journey
     if stored_mode(store, name) == FUSED:
         journey.published = "by the fused query, in the micro-batch that landed it in bronze"
     elif journey.message_from == FROM_OUTBOX:
-        journey.published = _published(store, name, version)
+        journey.published = batch_that_read(store, name, "publish", version)
     elif bronze_version is not None and consumed_below(store.checkpoint(name, "convert")) <= bronze_version:
         journey.published = "not yet: waiting in bronze for the convert stage"
     else:  # converted, and its outbox row deleted: retention deletes only what the publish stage read
         journey.published = "by the publish stage; its outbox row has expired since (outbox.retention.ms)"
     return journey
+
+
+def dead_letters(store: TableStore, dlq: TableRef, where: Column) -> list[dict[str, Any]]:
+    """The dead letters of one record or message, oldest first."""
+    if not store.exists(dlq):
+        return []
+    return [_shown(row) for row in store.read(dlq).filter(where).orderBy("failed_at").collect()]
 
 
 def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> str:
@@ -136,13 +149,12 @@ def _held(store: TableStore, bronze: TableRef, topic: str, partition: int) -> st
     return f" (bronze holds {bounds[2]:,} records of {topic}/{partition}, offsets {bounds[0]}..{bounds[1]})"
 
 
-def _row_and_version(store: TableStore, table: TableRef, topic: str, partition: int,
-                     offset: int) -> tuple[dict[str, Any] | None, int | None]:
-    """The record's row in a stage table (None: not there) and the version it was committed in:
-    from row tracking where the table keeps it, else from the Delta log (:func:`_version_from_log`)."""
+def row_and_version(store: TableStore, table: TableRef, where: Column) -> tuple[dict[str, Any] | None, int | None]:
+    """The row ``where`` picks in a stage table (None: not there) and the version it was committed
+    in: from row tracking where the table keeps it, else from the Delta log (:func:`_version_from_log`)."""
     if not store.exists(table):
         return None, None
-    rows = _coordinates(store.read(table), topic, partition, offset) \
+    rows = store.read(table).filter(where) \
         .withColumn("_file", F.col("_metadata.file_path")) \
         .withColumn("_file_time", F.col("_metadata.file_modification_time"))
     tracked = isinstance(store, SparkDeltaTableStore) and table_maintenance.describe(
@@ -157,8 +169,7 @@ def _row_and_version(store: TableStore, table: TableRef, topic: str, partition: 
         row.pop(hidden)
     version = row.pop("_version", None)
     if version is None:
-        version = _version_from_log(store, table, (topic, partition, offset), found[0]["_file"],
-                                    found[0]["_file_time"])
+        version = _version_from_log(store, table, where, found[0]["_file"], found[0]["_file_time"])
     return row, None if version is None else int(version)
 
 
@@ -169,7 +180,7 @@ APPENDS = frozenset({"WRITE", "STREAMING UPDATE", "CREATE TABLE AS SELECT"})
 MOST_REWRITES = 20
 
 
-def _version_from_log(store: TableStore, table: TableRef, coordinates: tuple[str, int, int], file: str,
+def _version_from_log(store: TableStore, table: TableRef, where: Column, file: str,
                       file_time: dt.datetime | None) -> int | None:
     """The version a row was committed in, without row tracking: the commit that added its file
     (found from the file's time onwards: one stage appends to bronze or the outbox, so its files
@@ -191,10 +202,10 @@ def _version_from_log(store: TableStore, table: TableRef, coordinates: tuple[str
         if operation in APPENDS or not isinstance(store, SparkDeltaTableStore):
             return version
         try:  # rewritten here: where the row was just before
-            earlier = _coordinates(store.spark.sql(f"SELECT *, _metadata.file_path AS _file, "
-                                                   f"_metadata.file_modification_time AS _file_time "
-                                                   f"FROM {store.sql_target(table)} VERSION AS OF {version - 1}"),
-                                   *coordinates).select("_file", "_file_time").limit(1).collect()
+            earlier = store.spark.sql(f"SELECT *, _metadata.file_path AS _file, "
+                                      f"_metadata.file_modification_time AS _file_time "
+                                      f"FROM {store.sql_target(table)} VERSION AS OF {version - 1}") \
+                .filter(where).select("_file", "_file_time").limit(1).collect()
         except Exception:  # its files vacuumed, or its log entry cleaned up
             return None
         if not earlier:
@@ -228,8 +239,8 @@ def message_maker(config: ConnectorConfig) -> MessageMaker:
     """What the connector's current data model makes of a bronze row: its message (None when it
     makes none, e.g. of a record without value and attributes, or a dead letter)."""
     if config.kind not in (CPS_SINK, LITE_SINK):
-        raise ConfigError(f"{config.name}: trace follows a Kafka record through a sink connector "
-                          f"(Cloud Pub/Sub or Lite), not a {config.kind}")
+        raise ConfigError(f"{config.name}: trace follows a record through a Cloud Pub/Sub or Lite connector's "
+                          f"tables; a {config.kind} has none")
 
     def remake(row: DataFrame) -> dict[str, Any] | None:
         if config.kind == CPS_SINK:
@@ -252,9 +263,10 @@ def message_maker(config: ConnectorConfig) -> MessageMaker:
     return remake
 
 
-def _published(store: TableStore, name: str, version: int | None) -> str:
-    """Which micro-batch of the publish stage sent the outbox version ``version``, and when."""
-    checkpoint = local_path(store.checkpoint(name, "publish"))
+def batch_that_read(store: TableStore, name: str, stage: str, version: int | None) -> str:
+    """Which micro-batch of ``stage`` (the publish or the produce stage) sent the outbox version
+    ``version``, and when."""
+    checkpoint = local_path(store.checkpoint(name, stage))
     committed = batch_ids(checkpoint / "commits")
     if version is None:
         return ("unknown (neither row tracking nor a Delta log on a path this process reads dates its row, "
@@ -272,8 +284,8 @@ def _published(store: TableStore, name: str, version: int | None) -> str:
             when = dt.datetime.fromtimestamp((checkpoint / "commits" / str(batch)).stat().st_mtime, UTC)
             # Spark keeps the newest batches' files only: the oldest kept may stand for earlier ones
             oldest = " (or earlier: the oldest batch the checkpoint keeps)" if batch == committed[0] > 0 else ""
-            return f"by publish batch {batch}{oldest}, committed {when.isoformat(timespec='seconds')}"
-    return "not yet: waiting in the outbox for the publish stage"
+            return f"by {stage} batch {batch}{oldest}, committed {when.isoformat(timespec='seconds')}"
+    return f"not yet: waiting in the outbox for the {stage} stage"
 
 
 def parse_record(text: str) -> tuple[str, int, int]:
