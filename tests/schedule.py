@@ -53,6 +53,8 @@ MEASURED_SECONDS = {
     "e2e/test_trace.py": 60,
     # Measured alone: 66 s (a staged run, four replays, a replay from a shell).
     "e2e/test_source_replay.py": 66,
+    # Measured alone (with test_trace.py): about 60 s.
+    "e2e/test_source_trace.py": 60,
     "integration/test_kafka_source.py": 165,
     "integration/test_driver_class_data.py": 138,
     "e2e/test_worker.py": 128,
