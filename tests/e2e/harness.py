@@ -38,6 +38,24 @@ def source_config(name: str, subscription: str, kafka_topic: str, **extra: str) 
         **extra}, f"<{name}>")
 
 
+def lite_source_with_bronze(spark, bootstrap: str, root: Path, name: str,
+                            rows: list[tuple[Any, ...]]) -> tuple[PipelineContext, cfg.ConnectorConfig]:
+    """A Lite source whose bronze holds ``rows`` (``LITE_BRONZE``'s columns), appended as its pull
+    lands them: what a test of the stages after the pull needs, without a Lite server."""
+    from pubsub_connect.io.tables import BRONZE, TableRef
+    from pubsub_connect.model.schemas import LITE_BRONZE
+
+    ctx = context(spark, bootstrap, root)
+    bronze = TableRef(BRONZE, name)
+    ctx.store.ensure(bronze, LITE_BRONZE)
+    ctx.store.append_batch(bronze, spark.createDataFrame(rows, LITE_BRONZE), "test-lite-pull", 0)
+    config = cfg.validate_connector({
+        "name": name, "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
+        "pubsublite.project": PROJECT, "pubsublite.location": "us-central1-a", "pubsublite.subscription": name,
+        "kafka.topic": name}, f"<{name}>")
+    return ctx, config
+
+
 def context(spark, bootstrap: str, root: Path, lines: list[str] | None = None, *, once: bool = True,
             **worker: str) -> PipelineContext:
     worker_config = cfg.validate_worker({"bootstrap.servers": bootstrap, "storage.root": str(root), **worker})

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from e2e.harness import context, run_once, source_config
+from e2e.harness import lite_source_with_bronze, run_once, source_config
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, publish
 from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SOURCE, LITE_SOURCE
 from pubsub_connect.io.tables import BRONZE, DLQ, TableRef
-from pubsub_connect.model.schemas import LITE_BRONZE
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.replay.ranges import replay_range
 from pubsub_connect.pipelines.replay.run import ReplayReport, replay, replay_id_of, replay_steps
@@ -132,20 +131,13 @@ KEY_PARTITION_OF_2 = {b"k0": 1, b"k1": 1, b"k2": 1, b"k3": 0, b"k4": 0}
 def test_a_lite_source_replay_produces_exactly_the_offsets_asked(spark, kafka_bootstrap: str, tmp_path: Path,
                                                                   unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=2)
-    ctx = context(spark, kafka_bootstrap, tmp_path / "root")
-    bronze = TableRef(BRONZE, unique_name)
-    ctx.store.ensure(bronze, LITE_BRONZE)
     published = dt.datetime(2026, 12, 5, 10, 0, tzinfo=dt.timezone.utc)
     # Lite partition 0: keys k0..k3 at offsets 0..3; partition 1: no key at offsets 0..2 (a Kafka
     # record without a key: round robin), as the Lite pull lands them
     rows = [(0, offset, b"k%d" % offset, b"p0-%d" % offset, {}, None, published + dt.timedelta(seconds=offset),
              published) for offset in range(4)]
     rows += [(1, offset, b"", b"p1-%d" % offset, {}, None, published, published) for offset in range(3)]
-    ctx.store.append_batch(bronze, spark.createDataFrame(rows, LITE_BRONZE), "test-lite-pull", 0)
-    config = cfg.validate_connector({
-        "name": unique_name, "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
-        "pubsublite.project": PROJECT, "pubsublite.location": "us-central1-a",
-        "pubsublite.subscription": unique_name, "kafka.topic": unique_name}, f"<{unique_name}>")
+    ctx, config = lite_source_with_bronze(spark, kafka_bootstrap, tmp_path / "root", unique_name, rows)
     chosen = replay_range(["0:1-2", "1:1-"], None, None, None, LITE_SOURCE)
     lines: list[str] = []
     report = replay(ctx, config, chosen, replay_steps(ctx, config), batch_size=2, progress=lines.append)

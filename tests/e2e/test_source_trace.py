@@ -13,15 +13,14 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from e2e.harness import context, source_config
+from e2e.harness import context, lite_source_with_bronze, source_config
 from integration.kafka_helpers import consume_all, create_topic
 from integration.pubsub_helpers import PROJECT, create_topic_and_subscription, publish
-from pubsub_connect.config import loader as cfg
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import LITE_SOURCE
-from pubsub_connect.explore.source_trace import FROM_OUTBOX, cps_message, lite_message, parse_message, trace_message
+from pubsub_connect.explore.source_trace import cps_message, lite_message, parse_message, trace_message
+from pubsub_connect.explore.trace import FROM_OUTBOX
 from pubsub_connect.io.tables import BRONZE, TableRef
-from pubsub_connect.model.schemas import LITE_BRONZE
 from pubsub_connect.pipelines import cps_source, lite_source
 from pubsub_connect.pipelines.runner.supervisor import run_stages
 
@@ -101,16 +100,9 @@ def test_a_cloud_pubsub_message_traced_through_pull_convert_and_produce(spark, k
 def test_a_lite_message_traced_by_its_partition_and_offset(spark, kafka_bootstrap: str, tmp_path: Path,
                                                            unique_name: str) -> None:
     create_topic(kafka_bootstrap, unique_name, partitions=2)
-    ctx = context(spark, kafka_bootstrap, tmp_path / "root")
-    bronze = TableRef(BRONZE, unique_name)
-    ctx.store.ensure(bronze, LITE_BRONZE)
     published = dt.datetime(2026, 12, 5, 10, 0, tzinfo=dt.timezone.utc)
     rows = [(0, offset, b"k3", b"p0-%d" % offset, {}, None, published, published) for offset in range(2)]
-    ctx.store.append_batch(bronze, spark.createDataFrame(rows, LITE_BRONZE), "test-lite-pull", 0)
-    config = cfg.validate_connector({
-        "name": unique_name, "connector.class": "com.google.pubsublite.kafka.source.PubSubLiteSourceConnector",
-        "pubsublite.project": PROJECT, "pubsublite.location": "us-central1-a",
-        "pubsublite.subscription": unique_name, "kafka.topic": unique_name}, f"<{unique_name}>")
+    ctx, config = lite_source_with_bronze(spark, kafka_bootstrap, tmp_path / "root", unique_name, rows)
     run_stages(ctx, config, lite_source.STAGES[1:])  # convert and produce of what the pull landed
 
     journey = trace_message(ctx.store, unique_name, parse_message(LITE_SOURCE, "0@1"))  # the notebook's widget

@@ -19,17 +19,13 @@ from pyspark.sql import functions as F
 
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SOURCE, LITE_SOURCE
-from pubsub_connect.explore.trace import Journey, batch_that_read, dead_letters, row_and_version
+from pubsub_connect.explore.trace import FROM_OUTBOX, Journey, batch_that_read, dead_letters, row_and_version
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef, TableStore
 from pubsub_connect.pipelines.maintenance import consumed_below
 from pubsub_connect.pipelines.modes import FUSED, stored_mode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
-
-#: Where a shown record comes from.
-FROM_OUTBOX = "outbox"
-
 
 def cps_message(message_id: str) -> tuple[str, Column, Column]:
     """A Cloud Pub/Sub message: its name, and its rows in bronze and in the outbox and dead letters."""
