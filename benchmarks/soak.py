@@ -27,6 +27,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,17 +90,19 @@ class BatchLog:
                     self.batches.setdefault((stage, int(progress["batchId"])), (time.time(), duration))
 
 
-def _folder_bytes(path: Path) -> tuple[int, int]:
-    """(files, bytes) under ``path``."""
-    files = size = 0
+def _folder_bytes(path: Path) -> tuple[int, int, int]:
+    """(files, bytes, files of Delta logs) under ``path``: what a local file system lists for each
+    snapshot of a table is its whole ``_delta_log`` folder."""
+    files = size = log_files = 0
     for root, _dirs, names in os.walk(path):
         for name in names:
             try:
                 size += os.stat(os.path.join(root, name)).st_size
                 files += 1
+                log_files += Path(root).name == "_delta_log"
             except FileNotFoundError:  # removed meanwhile (VACUUM, Spark's checkpoint clean-up)
                 pass
-    return files, size
+    return files, size, log_files
 
 
 def _jvm_memory_mb(ctx: Any) -> tuple[float, float]:
@@ -127,8 +130,27 @@ def snapshot(ctx: Any, root: Path) -> dict[str, Any]:
     old_mb, jvm_rss_mb = _jvm_memory_mb(ctx)
     return {"at": time.time(), "tables": tables, "disk_files": {k: v[0] for k, v in disk.items()},
             "disk_mb": {k: round(v[1] / 1e6, 1) for k, v in disk.items()},
+            "log_files": {k: v[2] for k, v in disk.items() if k != "checkpoints"},
             "driver_rss_mb": rss_mb(os.getpid()),
             "jvm_old_gen_mb": round(old_mb, 1), "jvm_rss_mb": round(jvm_rss_mb, 1)}
+
+
+class MaintenanceTurns:
+    """When each maintenance turn ran: the guard ``maintained_while_running`` enters around it."""
+
+    def __init__(self) -> None:
+        self.turns: list[tuple[float, float]] = []
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        started = time.time()
+        try:
+            yield
+        finally:
+            self.turns.append((started, time.time()))
+
+    def during(self, at: float) -> bool:
+        return any(start <= at <= end for start, end in self.turns)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -166,11 +188,12 @@ def main() -> None:
             connector = run.connectors[0]
             ctx = quiet_context(run.worker, once=False)
             batches = BatchLog(ctx.spark)
+            turns = MaintenanceTurns()
             snapshots: list[dict[str, Any]] = []
             produce = SteadyProducer(bootstrap, NAME, args.rate)
             started = time.monotonic()
             try:
-                with maintained_while_running(ctx, connector, args.maintain_every, contextlib.nullcontext):
+                with maintained_while_running(ctx, connector, args.maintain_every, turns.guard):
                     stages = StagesThread(ctx, connector, connector_stages(connector))
                     next_snapshot = started
                     while stages.running() and time.monotonic() - started < args.max_minutes * 60:
@@ -180,8 +203,8 @@ def main() -> None:
                             next_snapshot += args.snapshot_every
                             tables = snapshots[-1]["tables"]
                             print(f"[soak] {time.monotonic() - started:,.0f} s, {produce.sent:,} sent: " + ", ".join(
-                                f"{kind} {t['commits']:,} commits {t['files']:,} files" for kind, t in tables.items()),
-                                flush=True)
+                                f"{kind} {t['commits']:,} commits {t['files']:,} files" for kind, t in tables.items())
+                                + f"; log files {snapshots[-1]['log_files']}", flush=True)
                             # bronze, and the outbox in the staged mode: the tables every batch commits to
                             written = [t["commits"] for kind, t in tables.items() if kind != "dlq"]
                             if written and min(written) >= args.commits:
@@ -194,11 +217,11 @@ def main() -> None:
                 produce.close()
                 latencies = receiver.close()
                 ctx.spark.stop()
-    report(args, snapshots, batches, latencies, time.monotonic() - started)
+    report(args, snapshots, batches, latencies, time.monotonic() - started, turns)
 
 
 def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: BatchLog,
-           latencies: list[tuple[int, float]], seconds: float) -> None:
+           latencies: list[tuple[int, float]], seconds: float, turns: MaintenanceTurns) -> None:
     maintained = f", maintenance every {args.maintain_every:g} s" if args.maintain_every else ""
     rows: list[tuple[str, str]] = [
         ("mode / trigger / rate", f"{args.mode} / {args.trigger_ms} ms / {args.rate:g} msg/s{maintained}"),
@@ -214,6 +237,16 @@ def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: B
         rows.append((f"  {stage}: {len(durations):,} batches", ", ".join(
             f"{w} p50 {f['p50']:,.0f} ms p99 {f['p99']:,.0f} ms" for w, f in figures.items())
             + f"; last/first p50 {ratio['p50']:.2f}, p99 {ratio['p99']:.2f}"))
+    if turns.turns:
+        took = [end - start for start, end in turns.turns]
+        during = [ms for (_, _), (at, ms) in batches.batches.items() if turns.during(at)]
+        outside = [ms for (_, _), (at, ms) in batches.batches.items() if not turns.during(at)]
+        results["maintenance"] = {"turns": len(took), "seconds": took, "batch_p50_during_ms": statistics.median(
+            during) if during else None, "batch_p50_outside_ms": statistics.median(outside) if outside else None}
+        rows.append((f"  maintenance: {len(took)} turns", f"{statistics.mean(took):,.1f} s each on average "
+                     f"(longest {max(took):,.1f} s), {sum(took) / seconds:.1%} of the run; batch p50 "
+                     f"{results['maintenance']['batch_p50_during_ms'] or 0:,.0f} ms during a turn, "
+                     f"{results['maintenance']['batch_p50_outside_ms'] or 0:,.0f} ms outside"))
     by_stamp = [lat for _, lat in sorted(latencies)]
     if by_stamp:
         lat = {w: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for w, v in windows(by_stamp).items() if v}
@@ -228,6 +261,7 @@ def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: B
                                                      for k, v in s["tables"].items())))
         rows.append((f"  {when}: disk", ", ".join(f"{k} {s['disk_files'][k]:,} files {s['disk_mb'][k]:,.1f} MB"
                                                    for k in s["disk_mb"])))
+        rows.append((f"  {when}: Delta logs", ", ".join(f"{k} {n:,} files" for k, n in s["log_files"].items())))
         rows.append((f"  {when}: memory", f"driver RSS {s['driver_rss_mb']:,.0f} MB, JVM old gen after GC "
                                           f"{s['jvm_old_gen_mb']:,.0f} MB, JVM RSS {s['jvm_rss_mb']:,.0f} MB"))
     print(table(rows))

@@ -141,3 +141,71 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
         stop.set()
         thread.join(120)
 
+
+
+def test_the_delta_log_is_trimmed_to_what_its_readers_still_read(spark, kafka_bootstrap: str,
+                                                                pubsub_emulator_host: str, unique_name: str,
+                                                                tmp_path: Path) -> None:
+    """On a local file system maintenance removes the log files before a checkpoint, never past
+    the version a stage resumes at (convert, behind, then reads on through the trim: every record
+    once), the newest commits kept, or the table's own ``delta.logRetentionDuration``."""
+    topic = f"{unique_name}-in"
+    create_topic(kafka_bootstrap, topic)
+    pubsub_topic, subscription = create_topic_and_subscription(unique_name)
+    config = sink_config(unique_name, topic, pubsub_topic, **{"outbox.retention.ms": "-1"})
+    root = tmp_path / "root"
+    ctx = context(spark, kafka_bootstrap, root)
+    bronze = TableRef(BRONZE, unique_name)
+
+    def run(stage) -> int:
+        return batches_of_one_stage_run(spark, kafka_bootstrap, root, stage, config)
+
+    def log_versions() -> list[int]:
+        log = Path(ctx.store.path(bronze)) / "_delta_log"
+        return sorted(int(p.name[:20]) for p in log.glob("*.json"))
+
+    def log_notes() -> dict[str, list[str]]:
+        return {r.kind: [n for n in r.notes if "Delta log" in n] for r in maintain(ctx, config)}
+
+    def delivered(count: int) -> list[int]:
+        return sorted(int(m.data.decode().removeprefix("seq-")) for m in pull_all(subscription, count, 120))
+
+    for stage in (cps_sink.staged_ingest, cps_sink.convert, cps_sink.publish):
+        assert run(stage) == 0
+    spark.sql(f"ALTER TABLE {ctx.store.sql_target(bronze)} SET TBLPROPERTIES ('delta.checkpointInterval' = '2')")
+    # bronze: version 0 its creation, 1 ingest's first batch (empty), 2 the property; then a
+    # checkpoint every second version
+    for first in range(0, 40, 10):  # versions 3..6, read by convert
+        produce(kafka_bootstrap, topic, seqs(first, first + 10))
+        assert run(cps_sink.staged_ingest) == 1
+    assert run(cps_sink.convert) == 1 and run(cps_sink.publish) == 1
+    assert delivered(40) == list(range(40))
+    for first in range(40, 100, 10):  # versions 7..12: convert is behind
+        produce(kafka_bootstrap, topic, seqs(first, first + 10))
+        assert run(cps_sink.staged_ingest) == 1
+    assert log_versions() == list(range(13))
+
+    # a restart of convert plans its last batch again, from version 2 (the end of its first,
+    # empty batch) to 7: the log starts at version 2, not at checkpoint 12 (where ingest's newest
+    # mark is); versions 0 and 1 leave 4 files each
+    assert log_notes() == {BRONZE: ["Delta log: 8 files before version 2 removed"], OUTBOX: [], DLQ: []}
+    assert log_versions() == list(range(2, 16))  # 13..15: maintenance's OPTIMIZE and VACUUM
+    assert run(cps_sink.convert) == 1 and run(cps_sink.publish) == 1
+    assert delivered(60) == list(range(40, 100))
+    assert_no_more_messages(subscription)
+
+    # now convert's restart reads from version 7: checkpoint 6; versions 2..5 and checkpoints 2 and 4 go
+    assert log_notes()[BRONZE] == ["Delta log: 20 files before version 6 removed"]
+    assert log_versions()[0] == 6
+    produce(kafka_bootstrap, topic, seqs(100, 110))
+    assert run(cps_sink.staged_ingest) == run(cps_sink.convert) == run(cps_sink.publish) == 1
+    assert delivered(10) == list(range(100, 110))
+    # a table that keeps a week of history (the least Delta takes: its VACUUM retention) keeps it
+    spark.sql(f"ALTER TABLE {ctx.store.sql_target(bronze)} SET TBLPROPERTIES "
+              "('delta.logRetentionDuration' = 'interval 7 days')")
+    assert log_notes()[BRONZE] == [] and log_versions()[0] == 6
+    # without it, convert's restart (from version 16) and ingest's newest mark hold it
+    spark.sql(f"ALTER TABLE {ctx.store.sql_target(bronze)} UNSET TBLPROPERTIES ('delta.logRetentionDuration')")
+    notes = log_notes()[BRONZE]
+    assert len(notes) == 1 and notes[0].endswith(f"files before version {log_versions()[0]} removed")
+    assert log_versions()[0] >= 16

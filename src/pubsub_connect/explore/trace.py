@@ -270,7 +270,8 @@ def batch_that_read(store: TableStore, name: str, stage: str, version: int | Non
     committed = batch_ids(checkpoint / "commits")
     if version is None:
         return ("unknown (neither row tracking nor a Delta log on a path this process reads dates its row, "
-                "or it was compacted longer ago than the table keeps the files before)")
+                "or it was compacted longer ago than the table keeps the files before, or committed before "
+                "the first version its trimmed log keeps)")
     for batch in committed:
         offsets = checkpoint / "offsets" / str(batch)
         if not offsets.is_file():

@@ -105,6 +105,16 @@ def committed_source_offsets(checkpoint: str) -> Any | None:
     return None
 
 
+def newest_source_offsets(checkpoint: str, count: int) -> list[Any]:
+    """The first source's offsets (parsed JSON) of the ``count`` newest micro-batches the stage
+    planned, committed or not, newest first (none without a local checkpoint)."""
+    if _remote(checkpoint):
+        return []
+    root = _local(checkpoint)
+    return [_source_line((root / "offsets" / str(batch)).read_text(), f"checkpoint {checkpoint}: offsets/{batch}")
+            for batch in reversed(_batch_ids(root / "offsets")[-count:])]
+
+
 def initial_source_offsets(checkpoint: str) -> Any | None:
     """The offsets the first source started from (``sources/0/0``, written by Spark's Kafka source
     before its first micro-batch: the one batch whose progress has no start), or None when the

@@ -25,22 +25,25 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ROW_TRACKING = "delta.enableRowTracking"
+LOG_RETENTION = "delta.logRetentionDuration"
 
 
 @dataclass(frozen=True)
 class TableFiles:
-    """A table's current data files, their bytes and whether it tracks rows (one ``DESCRIBE DETAIL``)."""
+    """A table's current data files, their bytes, whether it tracks rows, and the log retention
+    it sets itself (None: Delta's default), from one ``DESCRIBE DETAIL``."""
 
     files: int
     bytes: int
     row_tracking: bool
+    log_retention: str | None = None
 
 
 def describe(spark: SparkSession, target: str) -> TableFiles:
     detail = spark.sql(f"DESCRIBE DETAIL {target}").select("numFiles", "sizeInBytes", "properties").first()
     properties = detail[2] or {}
     return TableFiles(int(detail[0] or 0), int(detail[1] or 0),
-                      str(properties.get(ROW_TRACKING, "false")).lower() == "true")
+                      str(properties.get(ROW_TRACKING, "false")).lower() == "true", properties.get(LOG_RETENTION))
 
 
 def predictive_optimization(spark: SparkSession, target: str) -> bool:

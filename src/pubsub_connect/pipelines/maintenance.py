@@ -10,6 +10,11 @@ bundle, or by hand beside a running connector) does, per table of the connector:
    snapshot by Delta's time travel), so a stage that is behind — stopped, failing, slow — holds
    back its input's retention, never loses it;
 2. **compaction** (``OPTIMIZE``), and 3. **VACUUM** within Delta's own retention;
+4. on a local file system, **the Delta log trimmed** (:mod:`~pubsub_connect.io.delta_log`: there
+   every commit lists the whole log folder) to the versions still read: from the newest checkpoint
+   at or before the oldest of each writing stage's newest marked commit (within the search's reach,
+   :data:`MARK_REACH`), the version each reading stage's restart reads from, the versions
+   retention dates rows by, and those within the table's own ``delta.logRetentionDuration``;
 
 and skips 2 and 3 on a Unity Catalog table that Databricks' predictive optimization maintains.
 
@@ -32,7 +37,9 @@ from pathlib import Path
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.config.loader import ConnectorConfig
-from pubsub_connect.io import checkpoints, table_maintenance
+from pubsub_connect.io import checkpoints, delta_log, table_maintenance
+from pubsub_connect.io.batch_marks import SEARCH_WINDOWS, parse_batch_mark, query_part
+from pubsub_connect.io.spark import running_on_databricks
 from pubsub_connect.io.tables import (
     BRONZE,
     DLQ,
@@ -64,6 +71,10 @@ TABLES: dict[str, dict[str, tuple[tuple[str, ...], str | None]]] = {
 }
 #: The column that dates a row, where the table has one.
 AGE_COLUMNS = {BRONZE: "ingest_time", DLQ: "failed_at"}
+#: How far back a restarted stage searches the newest commits for its last batch's mark
+#: (:mod:`~pubsub_connect.io.batch_marks`): a trimmed log keeps each writer's newest mark within it,
+#: so that a trim never makes a stage append a committed batch again.
+MARK_REACH = SEARCH_WINDOWS[-1]
 
 
 @dataclass
@@ -90,6 +101,16 @@ def consumed_below(checkpoint: str) -> int:
     if not isinstance(offset, dict) or offset.get("isStartingVersion"):
         return 0
     return int(offset.get("reservoirVersion", 0))
+
+
+def resumes_at(checkpoint: str) -> int:
+    """The oldest table version a restart of a streaming stage reads (0 when it has planned no
+    micro-batch: it would read the table from its start). Spark hands a V1 source — Delta's — the
+    newest planned batch again, from the end of the batch before it, so that batch's end is read
+    too, not only the committed position :func:`consumed_below` gives."""
+    offsets = checkpoints.newest_source_offsets(checkpoint, 2)
+    versions = [int(o.get("reservoirVersion", 0)) if isinstance(o, dict) else 0 for o in offsets]
+    return min(versions) if versions else 0
 
 
 class VersionSamples:
@@ -171,6 +192,9 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
             table_maintenance.vacuum(spark, target)
         after = table_maintenance.describe(spark, target)
         report.files_after, report.bytes_after = after.files, after.bytes
+        log_dir = None if running_on_databricks() else delta_log.local_log(store.location(table))
+        if log_dir is not None:
+            _trim_log(ctx, config, table, staged, samples, after, now, log_dir, version, report)
         reports.append(report)
     samples.save()
     return reports
@@ -210,6 +234,48 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
         if held:
             report.notes.append(f"{held:,} expired rows held back: {held_by} has not read past version {up_to}")
     return deleted
+
+
+def newest_marks_from(log_dir: Path, version: int) -> int:
+    """The oldest of the newest commits each writing stage marked, among the :data:`MARK_REACH`
+    commits up to ``version`` (``version`` when none has a mark): what a restarted stage's search
+    must still find."""
+    newest: dict[str, int] = {}
+    for committed, text in delta_log.commit_user_metadata(log_dir, version - MARK_REACH + 1, version).items():
+        mark = parse_batch_mark(text)
+        if mark is not None:
+            newest[query_part(mark[0])] = committed
+    return min(newest.values(), default=version)
+
+
+def _trim_log(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, staged: bool,
+              samples: VersionSamples, files: table_maintenance.TableFiles, now_ms: int, log_dir: Path,
+              version: int, report: TableReport) -> None:
+    """Trim ``table``'s local Delta log (at ``version`` when the run began) to the oldest version
+    still read: each writing stage's newest mark (:func:`newest_marks_from`), where its reading
+    stage's restart reads from (staged mode: the fused mode's hand-back starts that stage afresh),
+    where retention's next runs may look back to (the oldest sample kept), and the oldest commit
+    within the table's own ``delta.logRetentionDuration``."""
+    needed = [newest_marks_from(log_dir, version)]
+    reader = TABLES.get(config.kind, {}).get(table.kind, ((), None))[1]
+    if staged and reader is not None:
+        needed.append(resumes_at(ctx.store.checkpoint(config.name, reader)))
+    if table.kind not in AGE_COLUMNS and _retention_ms(config, table.kind) >= 0:
+        needed.extend(version for version, _ in samples.samples.get(table.kind, [])[:1])
+    if files.log_retention is not None:
+        window = delta_log.interval_ms(files.log_retention)
+        if window is None:
+            report.notes.append(f"Delta log not trimmed: its {table_maintenance.LOG_RETENTION} "
+                                f"{files.log_retention!r} is not one number of one unit")
+            return
+        since = delta_log.first_version_since(log_dir, (now_ms - window) / 1000)
+        if since is not None:
+            needed.append(since)
+    trimmed = delta_log.trim(log_dir, min(needed))
+    if trimmed.removed:
+        report.notes.append(f"Delta log: {trimmed.removed:,} files before version {trimmed.starts_at:,} removed")
+    elif trimmed.note:
+        report.notes.append(trimmed.note)
 
 
 @contextlib.contextmanager
