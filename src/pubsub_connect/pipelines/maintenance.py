@@ -257,7 +257,7 @@ def _trim_log(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, st
     where retention's next runs may look back to (the oldest sample kept), and the oldest commit
     within the table's own ``delta.logRetentionDuration``."""
     needed = [newest_marks_from(log_dir, version)]
-    reader = TABLES.get(config.kind, {}).get(table.kind, ((), None))[1]
+    reader = TABLES[config.kind].get(table.kind, ((), None))[1]
     if staged and reader is not None:
         needed.append(resumes_at(ctx.store.checkpoint(config.name, reader)))
     if table.kind not in AGE_COLUMNS and _retention_ms(config, table.kind) >= 0:
