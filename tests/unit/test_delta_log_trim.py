@@ -14,7 +14,7 @@ import pytest
 from pubsub_connect.io.batch_marks import batch_mark
 from pubsub_connect.io.delta_log import (
     LogTrim,
-    commit_user_metadata,
+    commits,
     complete_checkpoints,
     first_version_since,
     interval_ms,
@@ -155,7 +155,7 @@ def test_the_log_keeps_each_writers_newest_mark_within_the_search_reach(tmp_path
         if writers.get(version):
             info["userMetadata"] = batch_mark(writers[version], version)
         (log / f"{version:020d}.json").write_text(json.dumps({"commitInfo": info}) + '\n{"add": {}}\n')
-    assert commit_user_metadata(log, 7, 9) == {7: None, 8: batch_mark("c/fused@q2", 8), 9: None}
+    assert [(c.version, c.mark) for c in commits(log, 7, 9)] == [(7, None), (8, ("c/fused@q2", 8)), (9, None)]
     # ingest's newest mark is 6 (a later query of the same stage than 3's), fused's 8
     assert newest_marks_from(log, 9) == 6
     assert newest_marks_from(log, 5) == 3

@@ -12,6 +12,7 @@ import pytest
 
 from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.explore import checkpoints, context, history, output, tables
+from pubsub_connect.io import delta_log
 
 UTC = dt.timezone.utc
 T0 = 1_700_000_000_000  # 2023-11-14 22:13:20 UTC
@@ -99,32 +100,33 @@ def _commit_lines(*actions: dict) -> str:
 
 
 def test_commit_row_counts_from_metrics_or_file_statistics() -> None:
-    spark_write = history.parse_commit(4, _commit_lines(
+    spark_write = delta_log.parse_commit(4, _commit_lines(
         {"commitInfo": {"timestamp": T0 + 123, "operation": "WRITE", "operationParameters": {"mode": "Append"},
                         "operationMetrics": {"numFiles": "2", "numOutputRows": "150", "numOutputBytes": "4096"}}},
         {"txn": {"appId": "c1/ingest", "version": 9, "lastUpdated": T0}},
         {"add": {"path": "a.parquet", "size": 1, "dataChange": True, "stats": '{"numRecords":100}'}},
         {"add": {"path": "b.parquet", "size": 1, "dataChange": True, "stats": '{"numRecords":50}'}},
     ))
-    assert spark_write == history.Commit(4, dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC), "WRITE",
-                                         150, "c1/ingest", 9)
-    stats_only = history.parse_commit(5, _commit_lines(
+    assert spark_write == delta_log.Commit(4, dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=UTC), "WRITE",
+                                           150, "c1/ingest", 9)
+    stats_only = delta_log.parse_commit(5, _commit_lines(
         {"add": {"path": "a.parquet", "size": 1, "dataChange": True, "stats": '{"numRecords":7,"minValues":{}}'}},
         {"commitInfo": {"timestamp": T0, "operation": "WRITE"}},
         {"add": {"path": "b.parquet", "size": 1, "dataChange": True, "stats": '{"numRecords":5}'}},
     ))
     assert (stats_only.rows, stats_only.app_id, stats_only.batch_id) == (12, None, None)
-    created = history.parse_commit(0, _commit_lines(
+    created = delta_log.parse_commit(0, _commit_lines(
         {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
         {"metaData": {"id": "x", "format": {"provider": "parquet"}, "schemaString": "{}"}},
         {"commitInfo": {"timestamp": T0, "operation": "CREATE TABLE"}},
     ))
     assert (created.operation, created.rows) == ("CREATE TABLE", None)
-    marked = history.parse_commit(6, _commit_lines(
+    marked = delta_log.parse_commit(6, _commit_lines(
         {"commitInfo": {"timestamp": T0, "operation": "WRITE", "userMetadata": "pubsub-connect batch 12 of c1/ingest@q",
                         "operationMetrics": {"numOutputRows": "40"}}},
     ))
-    assert (marked.rows, marked.app_id, marked.batch_id) == (40, "c1/ingest@q", 12)
+    assert (marked.rows, marked.app_id, marked.batch_id, marked.mark) == (40, "c1/ingest@q", 12, ("c1/ingest@q", 12))
+    assert spark_write.mark is None  # a transaction id is not a mark: the fallback engine's and old tables' writes
 
 
 def test_delta_log_commits_reads_only_json_commit_files(tmp_path: Path) -> None:
@@ -143,8 +145,8 @@ def test_delta_log_commits_reads_only_json_commit_files(tmp_path: Path) -> None:
 
 
 def test_throughput_buckets_rows_by_commit_time() -> None:
-    def commit(version: int, seconds: float, rows: int | None, op: str = "WRITE") -> history.Commit:
-        return history.Commit(version, dt.datetime.fromtimestamp(T0 / 1000 + seconds, UTC), op, rows)
+    def commit(version: int, seconds: float, rows: int | None, op: str = "WRITE") -> delta_log.Commit:
+        return delta_log.Commit(version, dt.datetime.fromtimestamp(T0 / 1000 + seconds, UTC), op, rows)
 
     commits = [commit(0, 0, 0, "CREATE TABLE"), commit(1, 1, 100), commit(2, 59, 20), commit(3, 61, 30),
                commit(4, 62, None), commit(5, 185, 600)]

@@ -5,14 +5,14 @@ rows' own timestamps, bucketed over time.
 from __future__ import annotations
 
 import datetime as dt
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pubsub_connect.explore.checkpoints import local_path
 from pubsub_connect.explore.context import UTC
-from pubsub_connect.io.batch_marks import parse_batch_mark
+from pubsub_connect.io import delta_log
+from pubsub_connect.io.delta_log import Commit
 from pubsub_connect.io.tables import BRONZE, TableRef, TableStore
 
 if TYPE_CHECKING:
@@ -24,74 +24,10 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Commit:
-    """One Delta table version: when it was committed and how many rows it added."""
-
-    version: int
-    timestamp: dt.datetime
-    operation: str
-    rows: int | None
-    app_id: str | None = None
-    batch_id: int | None = None
-
-
-_ROW_METRICS = ("numOutputRows", "num_added_rows", "numAddedRows")
-
-
-def _rows_from_metrics(metrics: Mapping[str, Any] | None) -> int | None:
-    for key in _ROW_METRICS:
-        if metrics and metrics.get(key) is not None:
-            return int(metrics[key])
-    return None
-
-
-def parse_commit(version: int, text: str) -> Commit:
-    """One ``_delta_log/<version>.json`` file (newline-delimited actions)."""
-    info: dict[str, Any] = {}
-    txn: dict[str, Any] = {}
-    stats_rows: int | None = None
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        if "commitInfo" in action:
-            info = action["commitInfo"]
-        elif "txn" in action:
-            txn = action["txn"]
-        elif "add" in action and action["add"].get("stats"):
-            records = json.loads(action["add"]["stats"]).get("numRecords")
-            if records is not None:
-                stats_rows = (stats_rows or 0) + int(records)
-    rows = _rows_from_metrics(info.get("operationMetrics"))
-    if rows is None:
-        rows = stats_rows
-    stamp = dt.datetime.fromtimestamp(int(info.get("timestamp") or 0) / 1000, UTC)
-    app_id, batch_id = _stage_batch(txn.get("appId"), txn.get("version"), info.get("userMetadata"))
-    return Commit(version, stamp, str(info.get("operation", "")), rows, app_id, batch_id)
-
-
-def _stage_batch(txn_app_id: str | None, txn_version: object, user_metadata: str | None) -> tuple[str | None,
-                                                                                                  int | None]:
-    """The stage micro-batch a commit appended: its mark (``userMetadata``), or the Delta
-    transaction id of a table written before marks existed (and by the fallback engine)."""
-    mark = parse_batch_mark(user_metadata)
-    if mark is not None:
-        return mark
-    return txn_app_id, int(str(txn_version)) if txn_version is not None else None
-
-
 def delta_log_commits(table_path: str) -> list[Commit]:
     """Every commit still described by a JSON file in the table's ``_delta_log``, oldest first."""
     log_dir = local_path(table_path) / "_delta_log"
-    if not log_dir.is_dir():
-        return []
-    commits = []
-    for entry in log_dir.iterdir():
-        stem, suffix = entry.name.split(".", 1) if "." in entry.name else (entry.name, "")
-        if suffix == "json" and stem.isdigit():
-            commits.append(parse_commit(int(stem), entry.read_text(encoding="utf-8")))
-    return sorted(commits, key=lambda c: c.version)
+    return delta_log.commits(log_dir) if log_dir.is_dir() else []
 
 
 def spark_history_commits(spark: SparkSession, table: str) -> list[Commit]:
@@ -102,10 +38,11 @@ def spark_history_commits(spark: SparkSession, table: str) -> list[Commit]:
         stamp = row["timestamp"]
         if stamp.tzinfo is None:
             stamp = stamp.replace(tzinfo=UTC)
-        app_id, batch_id = _stage_batch(params.get("txnAppId"), params.get("txnVersion") or None,
-                                        row["userMetadata"])
+        app_id, batch_id = delta_log.stage_batch(params.get("txnAppId"), params.get("txnVersion") or None,
+                                                 row["userMetadata"])
         commits.append(Commit(int(row["version"]), stamp, str(row["operation"]),
-                              _rows_from_metrics(row["operationMetrics"]), app_id, batch_id))
+                              delta_log.rows_from_metrics(row["operationMetrics"]), app_id, batch_id,
+                              row["userMetadata"]))
     return sorted(commits, key=lambda c: c.version)
 
 

@@ -33,9 +33,8 @@ from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, LITE_SINK
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.explore.checkpoints import batch_ids, local_path, parse_offset_log
-from pubsub_connect.explore.history import parse_commit
 from pubsub_connect.explore.tables import display_value
-from pubsub_connect.io import table_maintenance
+from pubsub_connect.io import delta_log, table_maintenance
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, SparkDeltaTableStore, TableRef, TableStore
 from pubsub_connect.pipelines.maintenance import consumed_below
 from pubsub_connect.pipelines.modes import FUSED, stored_mode
@@ -191,7 +190,7 @@ def _version_from_log(store: TableStore, table: TableRef, where: Column, file: s
     location = store.location(table) if isinstance(store, SparkDeltaTableStore) else store.path(table)
     try:
         log = local_path(location) / "_delta_log"
-        versions = sorted(int(p.name[:20]) for p in log.glob("*.json") if p.name[:20].isdigit())
+        versions = delta_log.commit_versions(log)
     except (ValueError, OSError):
         return None
     for _ in range(MOST_REWRITES):
@@ -217,7 +216,7 @@ def _version_from_log(store: TableStore, table: TableRef, where: Column, file: s
 def _commit_adding(log: Path, versions: list[int], file_name: str,
                    file_time: dt.datetime | None) -> tuple[int, str | None] | None:
     """The first version not older than ``file_time`` whose commit adds ``file_name``, and that
-    commit's operation (:func:`~pubsub_connect.explore.history.parse_commit`)."""
+    commit's operation (:func:`~pubsub_connect.io.delta_log.parse_commit`)."""
     stamp = file_time.timestamp() if file_time is not None else 0.0
     for version in versions:
         entry = log / f"{version:020d}.json"
@@ -225,7 +224,7 @@ def _commit_adding(log: Path, versions: list[int], file_name: str,
             continue
         text = entry.read_text(encoding="utf-8")
         if any(_added_name(json.loads(line)) == file_name for line in text.splitlines() if line.strip()):
-            return version, parse_commit(version, text).operation
+            return version, delta_log.parse_commit(version, text).operation
     return None
 
 

@@ -1,6 +1,10 @@
-"""A local table's Delta log, trimmed to the versions someone still reads.
+"""A local table's Delta log: its commits read, and the log trimmed to the versions someone still reads.
 
-Why: every snapshot of a Delta table — one per append, so one per micro-batch of each stage —
+Reading: the explorer's throughput, ``trace`` (which commit added a row's file) and maintenance
+(which batch each writing stage marked last) all read ``<version>.json`` files; :func:`parse_commit`
+is the one reader of their actions, so the three agree on what a commit says.
+
+Trimming: every snapshot of a Delta table — one per append, so one per micro-batch of each stage —
 lists the table's ``_delta_log`` folder. On an object store Delta lists from the newest
 checkpoint's key on; on a local file system Hadoop lists the whole folder and stats every entry
 (about 11 µs each on two cores: ``benchmarks/delta_log.py``). Each commit leaves four entries (its
@@ -18,11 +22,16 @@ Tables with v2 checkpoints (sidecar files) are left alone: their files are share
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from pubsub_connect.io.batch_marks import parse_batch_mark
 
 #: ``<version>.json`` (a commit) and ``<version>.crc`` (its checksum).
 _COMMIT = re.compile(r"(\d{20})\.(?:json|crc)")
@@ -113,17 +122,92 @@ def first_version_since(log: Path, epoch_s: float) -> int | None:
     return min(versions) if versions else None
 
 
-def commit_user_metadata(log: Path, first: int, last: int) -> dict[int, str | None]:
-    """The ``userMetadata`` of each commit from ``first`` to ``last`` the log still has (from its
-    ``commitInfo`` action; None where it has none)."""
-    found: dict[int, str | None] = {}
-    for version in range(max(first, 0), last + 1):
-        try:
-            lines = (log / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:  # before the log's first version
+@dataclass(frozen=True)
+class Commit:
+    """One Delta table version: when it was committed, what it did, how many rows it added, and
+    the stage micro-batch it appended (``app_id``, ``batch_id``: its mark, else its transaction)."""
+
+    version: int
+    timestamp: dt.datetime
+    operation: str
+    rows: int | None
+    app_id: str | None = None
+    batch_id: int | None = None
+    #: The commit's ``userMetadata`` as written (a stage's batch mark, or a user's own text).
+    user_metadata: str | None = None
+
+    @property
+    def mark(self) -> tuple[str, int] | None:
+        """The stage batch the commit's mark names (None: unmarked, e.g. a maintenance commit)."""
+        return parse_batch_mark(self.user_metadata)
+
+
+#: Where a commit's added rows are counted, by writer: Spark's writes, Delta's Python writers.
+_ROW_METRICS = ("numOutputRows", "num_added_rows", "numAddedRows")
+
+
+def rows_from_metrics(metrics: Mapping[str, Any] | None) -> int | None:
+    """The rows a commit added, from its ``operationMetrics`` (None: no writer's key is there)."""
+    for key in _ROW_METRICS:
+        if metrics and metrics.get(key) is not None:
+            return int(metrics[key])
+    return None
+
+
+def stage_batch(txn_app_id: str | None, txn_version: object,
+                user_metadata: str | None) -> tuple[str | None, int | None]:
+    """The stage micro-batch a commit appended: its mark (``userMetadata``), or the Delta
+    transaction id of a table written before marks existed (and by the fallback engine)."""
+    mark = parse_batch_mark(user_metadata)
+    if mark is not None:
+        return mark
+    return txn_app_id, int(str(txn_version)) if txn_version is not None else None
+
+
+def parse_commit(version: int, text: str) -> Commit:
+    """One ``<version>.json`` file (newline-delimited actions). Rows come from the writer's
+    metrics, else from the added files' statistics (writers that record no metrics)."""
+    info: dict[str, Any] = {}
+    txn: dict[str, Any] = {}
+    stats_rows: int | None = None
+    for line in text.splitlines():
+        if not line.strip():
             continue
-        info = next((json.loads(line)["commitInfo"] for line in lines if line.startswith('{"commitInfo"')), {})
-        found[version] = info.get("userMetadata")
+        action = json.loads(line)
+        if "commitInfo" in action:
+            info = action["commitInfo"]
+        elif "txn" in action:
+            txn = action["txn"]
+        elif "add" in action and action["add"].get("stats"):
+            records = json.loads(action["add"]["stats"]).get("numRecords")
+            if records is not None:
+                stats_rows = (stats_rows or 0) + int(records)
+    rows = rows_from_metrics(info.get("operationMetrics"))
+    if rows is None:
+        rows = stats_rows
+    stamp = dt.datetime.fromtimestamp(int(info.get("timestamp") or 0) / 1000, dt.timezone.utc)
+    user_metadata = info.get("userMetadata")
+    app_id, batch_id = stage_batch(txn.get("appId"), txn.get("version"), user_metadata)
+    return Commit(version, stamp, str(info.get("operation", "")), rows, app_id, batch_id, user_metadata)
+
+
+def commit_versions(log: Path) -> list[int]:
+    """The versions whose commit file the log still has, oldest first."""
+    return sorted(int(entry.name[:20]) for entry in os.scandir(log)
+                  if _COMMIT.fullmatch(entry.name) and entry.name.endswith(".json"))
+
+
+def commits(log: Path, first: int = 0, last: int | None = None) -> list[Commit]:
+    """The commits from ``first`` to ``last`` (the newest when None) the log still has, oldest first."""
+    found = []
+    for version in commit_versions(log):
+        if version < first or (last is not None and version > last):
+            continue
+        try:
+            text = (log / f"{version:020d}.json").read_text(encoding="utf-8")
+        except FileNotFoundError:  # trimmed meanwhile
+            continue
+        found.append(parse_commit(version, text))
     return found
 
 

@@ -38,7 +38,7 @@ from pubsub_connect.config.errors import ConfigError
 from pubsub_connect.config.keys import CPS_SINK, CPS_SOURCE, LITE_SINK, LITE_SOURCE
 from pubsub_connect.config.loader import ConnectorConfig
 from pubsub_connect.io import checkpoints, delta_log, table_maintenance
-from pubsub_connect.io.batch_marks import SEARCH_WINDOWS, parse_batch_mark, query_part
+from pubsub_connect.io.batch_marks import SEARCH_WINDOWS, query_part
 from pubsub_connect.io.spark import running_on_databricks
 from pubsub_connect.io.tables import (
     BRONZE,
@@ -241,10 +241,10 @@ def newest_marks_from(log_dir: Path, version: int) -> int:
     commits up to ``version`` (``version`` when none has a mark): what a restarted stage's search
     must still find."""
     newest: dict[str, int] = {}
-    for committed, text in delta_log.commit_user_metadata(log_dir, version - MARK_REACH + 1, version).items():
-        mark = parse_batch_mark(text)
+    for commit in delta_log.commits(log_dir, version - MARK_REACH + 1, version):
+        mark = commit.mark
         if mark is not None:
-            newest[query_part(mark[0])] = committed
+            newest[query_part(mark[0])] = commit.version
     return min(newest.values(), default=version)
 
 
