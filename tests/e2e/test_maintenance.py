@@ -96,7 +96,8 @@ def test_retention_waits_for_the_slowest_stage(spark, kafka_bootstrap: str, pubs
     shell = subprocess.run([sys.executable, "-m", "pubsub_connect.cli", "maintain", unique_name, "-w", str(worker_file),
                             "-c", str(connector_file)], capture_output=True, text=True, timeout=300, check=False)
     assert shell.returncode == 0, shell.stderr
-    assert [line for line in shell.stdout.splitlines() if line.startswith("[")] == [
+    # the report alone: VACUUM's own count, printed by Delta to the JVM's standard output, is kept off
+    assert shell.stdout.splitlines() == [
         f"[{unique_name}.maintain] {kind}: deleted 0 rows, files 0 → 0 (0.0 MB)" for kind in (BRONZE, OUTBOX, DLQ)]
 
 

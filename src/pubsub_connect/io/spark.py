@@ -12,9 +12,11 @@ choose the implementation; nothing else in the code branches on it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,6 +122,29 @@ def _driver_jvm(spark: SparkSession) -> Any:
         return spark.sparkContext._jvm  # type: ignore[attr-defined]
     except Exception:  # Spark Connect sessions have no SparkContext
         return None
+
+
+@contextlib.contextmanager
+def console_silenced(spark: SparkSession) -> Iterator[None]:
+    """Scala's ``println`` goes nowhere for the block, on this thread's side of the driver JVM.
+
+    Why: some Delta commands print a summary to the JVM's standard output rather than to a logger
+    (VACUUM's "Deleted N files and directories in a total of M directories."), which no log level
+    quiets, and the product reports that work itself. Scala's ``Console`` keeps its stream per
+    thread and PySpark pins each Python thread to a JVM thread of its own, so only the commands
+    this thread runs are silenced; the streaming stages' threads print as before. Nothing to do
+    on Spark Connect, whose driver's output is not this console."""
+    jvm = _driver_jvm(spark)
+    if jvm is None:
+        yield
+        return
+    console = getattr(getattr(jvm.scala, "Console$"), "MODULE$")
+    previous = console.out()
+    console.setOutDirect(jvm.java.io.PrintStream(jvm.java.io.OutputStream.nullOutputStream()))
+    try:
+        yield
+    finally:
+        console.setOutDirect(previous)
 
 
 def _jvm_has_class(spark: SparkSession, class_name: str) -> bool:

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pubsub_connect.io.spark import console_silenced
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -99,5 +101,8 @@ def optimize(spark: SparkSession, target: str) -> tuple[int, int]:
 
 
 def vacuum(spark: SparkSession, target: str) -> None:
-    """Remove files no version within the table's retention needs (Delta's default and safety check)."""
-    spark.sql(f"VACUUM {target}").collect()
+    """Remove files no version within the table's retention needs (Delta's default and safety check).
+    Delta's own count of what it deleted goes to the JVM's standard output, not to a logger: kept
+    off the console, where maintenance prints its report."""
+    with console_silenced(spark):
+        spark.sql(f"VACUUM {target}").collect()
