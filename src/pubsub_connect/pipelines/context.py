@@ -24,6 +24,7 @@ from pubsub_connect.io.kafka.admin import KafkaLoginError, check_brokers
 from pubsub_connect.io.kafka.options import connect_client_settings, librdkafka_settings, spark_client_options
 from pubsub_connect.io.spark import Capabilities
 from pubsub_connect.io.tables import TableRef, TableStore
+from pubsub_connect.pipelines.runner.interrupted import stops_cleanly
 from pubsub_connect.pipelines.runner.start_gate import StartGate
 
 if TYPE_CHECKING:
@@ -130,10 +131,11 @@ class PipelineContext:
         the stage's checkpoint (its Connect offsets), name and this run's trigger.
 
         ``checkpoint_of``: the stage whose checkpoint the query continues (a fused query takes over
-        its connector's ``ingest`` position); ``trigger``: in place of the run's."""
+        its connector's ``ingest`` position); ``trigger``: in place of the run's. A batch that a
+        stop cuts short ends as an interruption Spark recognizes (:mod:`.runner.interrupted`)."""
         checkpoint = self.store.checkpoint(config.name, checkpoint_of or stage)
         self._checkpoint_ids.pop(checkpoint, None)  # re-read: the checkpoint may have been replaced
-        return (source.writeStream.foreachBatch(process)
+        return (source.writeStream.foreachBatch(stops_cleanly(process))
                 .option("checkpointLocation", checkpoint)
                 .queryName(query_name(config, stage))
                 .trigger(**(trigger or self.trigger()))

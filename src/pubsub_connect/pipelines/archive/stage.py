@@ -26,6 +26,7 @@ from pubsub_connect.pipelines.archive.settings import ArchiveSettings
 from pubsub_connect.pipelines.archive.staging import new_staging_dir
 from pubsub_connect.pipelines.context import ConnectorError, PipelineContext, Stage, kafka_client_options, query_name
 from pubsub_connect.pipelines.kafka_position import starting_offsets, subscribed_partitions
+from pubsub_connect.pipelines.runner.interrupted import stops_cleanly
 from pubsub_connect.pipelines.runner.query import SupervisedQuery
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ def start_archive(ctx: PipelineContext, config: ConnectorConfig) -> ArchiveQuery
     try:
         df = read_kafka(ctx.spark, options, streaming=True, caps=ctx.caps)
         query = (
-            df.writeStream.foreachBatch(process)
+            df.writeStream.foreachBatch(stops_cleanly(process))
             .option("checkpointLocation", str(staging / "checkpoint"))
             .queryName(query_name(config, STAGE))
             .trigger(**ctx.trigger())
