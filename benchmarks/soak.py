@@ -153,6 +153,49 @@ class MaintenanceTurns:
         return any(start <= at <= end for start, end in self.turns)
 
 
+class MaintenanceSteps:
+    """How long each step of maintenance took, and when: the product's own calls, timed by
+    wrapping them where ``maintain`` looks them up (on their modules, at each call). What makes a
+    turn longer as the tables age is then visible step by step."""
+
+    #: step → (module, function) as ``pipelines/maintenance.py`` calls them.
+    STEPS = {"describe": ("table_maintenance", "describe"), "retention": ("table_maintenance", "delete_held_at"),
+             "held back": ("table_maintenance", "count_added_after"), "optimize": ("table_maintenance", "optimize"),
+             "vacuum": ("table_maintenance", "vacuum"), "log trim": ("delta_log", "trim"),
+             "log marks": ("delta_log", "commits")}
+
+    def __init__(self) -> None:
+        self.times: list[tuple[float, str, float]] = []  # (ended at, step, seconds)
+
+    def install(self) -> None:
+        from pubsub_connect.io import delta_log, table_maintenance
+
+        modules = {"table_maintenance": table_maintenance, "delta_log": delta_log}
+        for step, (module, name) in self.STEPS.items():
+            setattr(modules[module], name, self._timed(step, getattr(modules[module], name)))
+
+    def _timed(self, step: str, call: Any) -> Any:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.monotonic()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                if threading.current_thread().name.startswith("maintain-"):  # not the soak's own snapshots
+                    self.times.append((time.time(), step, time.monotonic() - started))
+        return timed
+
+    def per_turn(self, turns: list[tuple[float, float]]) -> list[dict[str, float]]:
+        """Seconds per step within each turn."""
+        found = []
+        for start, end in turns:
+            steps: dict[str, float] = {}
+            for at, step, seconds in self.times:
+                if start <= at <= end:
+                    steps[step] = steps.get(step, 0.0) + seconds
+            found.append({step: round(seconds, 1) for step, seconds in steps.items()})
+        return found
+
+
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -189,6 +232,9 @@ def main() -> None:
             ctx = quiet_context(run.worker, once=False)
             batches = BatchLog(ctx.spark)
             turns = MaintenanceTurns()
+            steps = MaintenanceSteps()
+            if args.maintain_every:
+                steps.install()
             snapshots: list[dict[str, Any]] = []
             produce = SteadyProducer(bootstrap, NAME, args.rate)
             started = time.monotonic()
@@ -217,11 +263,12 @@ def main() -> None:
                 produce.close()
                 latencies = receiver.close()
                 ctx.spark.stop()
-    report(args, snapshots, batches, latencies, time.monotonic() - started, turns)
+    report(args, snapshots, batches, latencies, time.monotonic() - started, turns, steps)
 
 
 def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: BatchLog,
-           latencies: list[tuple[int, float]], seconds: float, turns: MaintenanceTurns) -> None:
+           latencies: list[tuple[int, float]], seconds: float, turns: MaintenanceTurns,
+           steps: MaintenanceSteps) -> None:
     maintained = f", maintenance every {args.maintain_every:g} s" if args.maintain_every else ""
     rows: list[tuple[str, str]] = [
         ("mode / trigger / rate", f"{args.mode} / {args.trigger_ms} ms / {args.rate:g} msg/s{maintained}"),
@@ -247,6 +294,11 @@ def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: B
                      f"(longest {max(took):,.1f} s), {sum(took) / seconds:.1%} of the run; batch p50 "
                      f"{results['maintenance']['batch_p50_during_ms'] or 0:,.0f} ms during a turn, "
                      f"{results['maintenance']['batch_p50_outside_ms'] or 0:,.0f} ms outside"))
+        per_turn = steps.per_turn(turns.turns)
+        results["maintenance"]["steps_s"] = per_turn
+        for which, index in (("first", 0), ("last", -1)):
+            rows.append((f"  maintenance, {which} turn", ", ".join(
+                f"{step} {secs:,.1f} s" for step, secs in sorted(per_turn[index].items(), key=lambda kv: -kv[1]))))
     by_stamp = [lat for _, lat in sorted(latencies)]
     if by_stamp:
         lat = {w: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for w, v in windows(by_stamp).items() if v}
