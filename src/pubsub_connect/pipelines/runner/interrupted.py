@@ -35,11 +35,22 @@ class BatchInterrupted(Exception):
 
 
 def cut_short(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Spark job of this batch cancelled or interrupted: a py4j error whose
-    Java exception says so in its first line (its class and message)."""
-    java = getattr(exc, "java_exception", None)
-    if java is None:
-        return False
+    """Whether ``exc``, or an exception it was raised from, is a Spark job of this batch cancelled
+    or interrupted: a py4j error whose Java exception says so in its first line (its class and
+    message). Stages wrap their failures (the publish stage names its batch and topic), so the py4j
+    error is often a cause, not the exception the batch function ends with."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        java = getattr(current, "java_exception", None)
+        if java is not None and _says_cut_short(java):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _says_cut_short(java: Any) -> bool:
     try:
         first = str(java.toString())
     except Exception:  # the JVM is going away: nothing to read, and nothing to tell it
