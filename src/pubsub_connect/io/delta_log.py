@@ -110,16 +110,13 @@ def last_checkpoint(log: Path) -> int | None:
 def first_version_since(log: Path, epoch_s: float) -> int | None:
     """The oldest commit written at or after ``epoch_s`` (its file's time, as Delta's own log
     clean-up dates it); None when every commit is older."""
-    versions = []
-    for entry in os.scandir(log):
-        match = _COMMIT.fullmatch(entry.name)
-        if match and entry.name.endswith(".json"):
-            try:
-                if entry.stat().st_mtime >= epoch_s:
-                    versions.append(int(match.group(1)))
-            except FileNotFoundError:  # removed meanwhile
-                pass
-    return min(versions) if versions else None
+    for version in commit_versions(log):
+        try:
+            if (log / f"{version:020d}.json").stat().st_mtime >= epoch_s:
+                return version
+        except FileNotFoundError:  # removed meanwhile
+            pass
+    return None
 
 
 @dataclass(frozen=True)
