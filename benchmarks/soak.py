@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/soak.py [--mode staged|fused] [--commits 20000] [--rate 200]
                                         [--trigger-ms 100] [--maintain-every SECONDS] [--max-minutes M]
+                                        [--dir DIR [--resume]]
 
 Starts a local Kafka broker and Google's Pub/Sub emulator and runs the sink continuously (``run``'s
 code, in this process) with a short trigger while records arrive at a steady ``--rate``, each
@@ -16,12 +17,19 @@ in a child process; p50, p99), files per table, bytes on disk (tables, checkpoin
 (the driver's Python RSS, the Spark JVM's old generation after its last collection and its RSS).
 The figures the goals read are the ratios last 10 % / first 10 % of the batch durations (at most
 1.2), and whether files, disk and memory stay bounded.
+
+A soak may take longer than one sitting: ``--dir`` keeps everything (the broker's data, the tables,
+the checkpoints, and each run's samples in ``segments.jsonl``), and ``--resume`` continues the
+soak in it with the settings it began with. The broker starts again on its data, the connector
+from its checkpoints (as after a redeploy), and the report covers every run, from the first
+batch of the first to the last of this one.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
 import tempfile
@@ -43,16 +51,19 @@ from pubsub_connect.pipelines.maintenance import maintained_while_running
 from pubsub_connect.pipelines.runtime import connector_stages
 
 NAME = "soak"
+#: Settings a resumed soak keeps from its first run: its figures compare one connector over time.
+KEPT_ON_RESUME = ("mode", "rate", "trigger_ms", "maintain_every")
 
 
 class SteadyProducer:
     """Records at a fixed rate, each stamped with its produce time, on a thread of its own."""
 
-    def __init__(self, bootstrap: str, topic: str, rate: float):
+    def __init__(self, bootstrap: str, topic: str, rate: float, first: int = 0):
         self._producer = producer(bootstrap)
         self._topic, self._rate = topic, rate
         self._stop = threading.Event()
-        self.sent = 0
+        self.first = first
+        self.sent = first
         self._thread = threading.Thread(target=self._run, name="soak-producer", daemon=True)
         self._thread.start()
 
@@ -208,21 +219,60 @@ def windows(items: list[Any]) -> dict[str, list[Any]]:
     return {"first": items[:tenth], "middle": items[middle:middle + tenth], "last": items[-tenth:]}
 
 
-def main() -> None:
+class Segments:
+    """The runs of one soak in its folder, one JSON line each: what a resumed soak reports with its
+    own run (batches, maintenance turns and steps, latencies, snapshots, seconds, records sent)."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / "segments.jsonl"
+
+    def load(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+    def append(self, segment: dict[str, Any]) -> None:
+        with open(self.path, "a") as out:
+            out.write(json.dumps(segment, separators=(",", ":")) + "\n")
+
+
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("staged", "fused"), default="staged")
     parser.add_argument("--commits", type=int, default=20_000, help="Delta commits per table to reach")
     parser.add_argument("--rate", type=float, default=200.0, help="records per second")
     parser.add_argument("--trigger-ms", type=int, default=100)
     parser.add_argument("--maintain-every", type=float, default=0.0, metavar="SECONDS")
-    parser.add_argument("--max-minutes", type=float, default=360.0)
+    parser.add_argument("--max-minutes", type=float, default=360.0, help="of this run")
     parser.add_argument("--snapshot-every", type=float, default=60.0, metavar="SECONDS")
+    parser.add_argument("--dir", type=Path, help="the soak's folder (default: a new temporary one)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the soak in --dir with the settings it began with")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    if args.resume:
+        if args.dir is None:
+            parser.error("--resume continues the soak of a --dir")
+        earlier = Segments(args.dir).load()
+        if not earlier:
+            parser.error(f"--resume: {args.dir} holds no soak (no {Segments(args.dir).path.name})")
+        for key in KEPT_ON_RESUME:
+            setattr(args, key, earlier[0]["args"][key])
+    elif args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
+        parser.error(f"--dir {args.dir} is not empty: add --resume to continue the soak in it")
+    return args
+
+
+def main() -> None:
+    args = _arguments()
+    root = args.dir or Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    segments = Segments(root)
+    earlier = segments.load()
+    print(f"[soak] in {root}" + (f", run {len(earlier) + 1}" if earlier else ""), flush=True)
     with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
         with environment({"PUBSUB_EMULATOR_HOST": services.running["pubsub"].endpoint}):
-            create_topic({"bootstrap.servers": bootstrap}, NAME, 2)
+            create_topic({"bootstrap.servers": bootstrap}, NAME, 2)  # False when resumed: it is there
             receiver = ReceiverProcess(Receiver, create_topic_and_subscription(NAME))
             keys = {**sink_keys(NAME), "pipeline.mode": args.mode,
                     **({"outbox.retention.ms": "0", "bronze.retention.ms": "0"} if args.maintain_every else {})}
@@ -236,7 +286,7 @@ def main() -> None:
             if args.maintain_every:
                 steps.install()
             snapshots: list[dict[str, Any]] = []
-            produce = SteadyProducer(bootstrap, NAME, args.rate)
+            produce = SteadyProducer(bootstrap, NAME, args.rate, first=sum(s["sent"] for s in earlier))
             started = time.monotonic()
             try:
                 with maintained_while_running(ctx, connector, args.maintain_every, turns.guard):
@@ -263,19 +313,36 @@ def main() -> None:
                 produce.close()
                 latencies = receiver.close()
                 ctx.spark.stop()
-    report(args, snapshots, batches, latencies, time.monotonic() - started, turns, steps)
+    segments.append({"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                     "seconds": time.monotonic() - started, "sent": produce.sent - produce.first,
+                     "batches": [[stage, batch, at, ms] for (stage, batch), (at, ms) in batches.batches.items()],
+                     "turns": turns.turns, "steps": steps.times, "snapshots": snapshots, "latencies": latencies})
+    report(args, segments.load())
 
 
-def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: BatchLog,
-           latencies: list[tuple[int, float]], seconds: float, turns: MaintenanceTurns,
-           steps: MaintenanceSteps) -> None:
+def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
+    """The figures of every run of the soak (one, unless it was resumed), as one run's."""
+    seconds = sum(segment["seconds"] for segment in segments)
+    batches: dict[tuple[str, int], tuple[float, float]] = {}
+    for segment in segments:  # a batch cut short by a run's stop is run again under its id: the first counts
+        for stage, batch, at, ms in segment["batches"]:
+            batches.setdefault((stage, batch), (at, ms))
+    turns, steps = MaintenanceTurns(), MaintenanceSteps()
+    turns.turns = [tuple(turn) for segment in segments for turn in segment["turns"]]
+    steps.times = [tuple(step) for segment in segments for step in segment["steps"]]
+    latencies = [tuple(sample) for segment in segments for sample in segment["latencies"]]
+    snapshots = [snap for segment in segments for snap in segment["snapshots"]]
     maintained = f", maintenance every {args.maintain_every:g} s" if args.maintain_every else ""
+    runs = (f" in {len(segments)} runs (" + ", ".join(f"{segment['seconds'] / 60:,.1f}" for segment in segments)
+            + " min)") if len(segments) > 1 else ""
     rows: list[tuple[str, str]] = [
         ("mode / trigger / rate", f"{args.mode} / {args.trigger_ms} ms / {args.rate:g} msg/s{maintained}"),
-        ("ran", f"{seconds / 60:,.1f} min")]
-    results: dict[str, Any] = {"args": vars(args), "seconds": seconds, "stages": {}, "snapshots": snapshots}
-    for stage in sorted({stage for stage, _ in batches.batches}):
-        durations = [ms for (name, _), (_, ms) in sorted(batches.batches.items(), key=lambda item: item[0][1])
+        ("ran", f"{seconds / 60:,.1f} min{runs}")]
+    results: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                               "seconds": seconds, "runs": [segment["seconds"] for segment in segments],
+                               "stages": {}, "snapshots": snapshots}
+    for stage in sorted({stage for stage, _ in batches}):
+        durations = [ms for (name, _), (_, ms) in sorted(batches.items(), key=lambda item: item[0][1])
                      if name == stage]
         parts = windows(durations)
         figures = {w: {"p50": statistics.median(v), "p99": _pct(v, 0.99)} for w, v in parts.items() if v}
@@ -286,8 +353,8 @@ def report(args: argparse.Namespace, snapshots: list[dict[str, Any]], batches: B
             + f"; last/first p50 {ratio['p50']:.2f}, p99 {ratio['p99']:.2f}"))
     if turns.turns:
         took = [end - start for start, end in turns.turns]
-        during = [ms for (_, _), (at, ms) in batches.batches.items() if turns.during(at)]
-        outside = [ms for (_, _), (at, ms) in batches.batches.items() if not turns.during(at)]
+        during = [ms for (at, ms) in batches.values() if turns.during(at)]
+        outside = [ms for (at, ms) in batches.values() if not turns.during(at)]
         results["maintenance"] = {"turns": len(took), "seconds": took, "batch_p50_during_ms": statistics.median(
             during) if during else None, "batch_p50_outside_ms": statistics.median(outside) if outside else None}
         rows.append((f"  maintenance: {len(took)} turns", f"{statistics.mean(took):,.1f} s each on average "
