@@ -4,10 +4,12 @@ cause of the stage's own error; and what Spark is told then."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
 
+from pubsub_connect.pipelines.fused_batch import side_by_side
 from pubsub_connect.pipelines.runner.interrupted import BatchInterrupted, cut_short, stops_cleanly
 
 
@@ -79,3 +81,23 @@ def test_any_other_failure_passes_as_it_was() -> None:
     with pytest.raises(RuntimeError) as caught:
         stops_cleanly(batch)(None, 1)
     assert caught.value is failure
+
+
+@pytest.mark.parametrize(("landing_error", "logged"), [
+    (Py4JError(CANCELLED), []),
+    (Py4JError(FAILED), ["fused batch 3: the bronze append failed too: An error occurred while calling o42.collect."]),
+])
+def test_a_fused_batch_stopped_mid_way_names_one_failure(landing_error: Exception, logged: list[str],
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The fused batch's bronze landing runs beside its publish; a stop cancels both. The landing's
+    own failure is logged beside the one raised only when it is not that stop."""
+    def landing() -> None:
+        raise landing_error
+
+    def publish() -> None:
+        raise Py4JError(CANCELLED)
+
+    with caplog.at_level(logging.WARNING, logger="pubsub_connect.pipelines.fused_batch"), \
+            pytest.raises(Py4JError):
+        side_by_side(landing, publish, "fused batch 3")
+    assert [record.getMessage() for record in caplog.records] == logged

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import PipelineContext
+from pubsub_connect.pipelines.runner.interrupted import cut_short
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +72,29 @@ class Beside:
         self._thread: threading.Thread = InheritableThread(run)
         self._thread.start()
 
-    def result(self) -> None:
+    def error(self) -> BaseException | None:
+        """Wait for the call; what it raised, if anything (not raised here, so that it is not
+        chained to an exception being handled)."""
         self._thread.join()
-        if self._error is not None:
+        return self._error
+
+    def result(self) -> None:
+        if self.error() is not None:
             raise self._error
 
 
 def side_by_side(landing: Callable[[], object], work: Callable[[], T], shown_as: str) -> T:
     """Run ``landing`` (a bronze append) on a :class:`Beside` thread while ``work`` runs here;
     return ``work``'s result once both are done. When ``work`` fails, its error is the one
-    raised (the landing's, if it failed too, is logged: ``shown_as`` names the batch)."""
+    raised (the landing's, if it failed too, is logged: ``shown_as`` names the batch). A landing
+    cut short by a stop is not logged: a stop that meets a batch cancels both, and says so once."""
     landed = Beside(landing)
     try:
         result = work()
     except BaseException:
-        try:
-            landed.result()
-        except Exception as exc:  # the work's own failure is the one to report
-            log.warning("%s: the bronze append failed too: %s", shown_as, error_line(exc))
+        landing_failure = landed.error()  # the work's own failure is the one to report
+        if isinstance(landing_failure, Exception) and not cut_short(landing_failure):
+            log.warning("%s: the bronze append failed too: %s", shown_as, error_line(landing_failure))
         raise
     landed.result()
     return result
