@@ -236,7 +236,13 @@ class Segments:
             out.write(json.dumps(segment, separators=(",", ":")) + "\n")
 
 
-def _arguments() -> argparse.Namespace:
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The command line's settings as JSON holds them."""
+    return {key: str(value) if isinstance(value, Path) else value for key, value in vars(args).items()}
+
+
+def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
+    """The command line, and the earlier runs of the soak it resumes (none for a new soak)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("staged", "fused"), default="staged")
     parser.add_argument("--commits", type=int, default=20_000, help="Delta commits per table to reach")
@@ -249,6 +255,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--resume", action="store_true",
                         help="continue the soak in --dir with the settings it began with")
     args = parser.parse_args()
+    earlier: list[dict[str, Any]] = []
     if args.resume:
         if args.dir is None:
             parser.error("--resume continues the soak of a --dir")
@@ -259,15 +266,13 @@ def _arguments() -> argparse.Namespace:
             setattr(args, key, earlier[0]["args"][key])
     elif args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
         parser.error(f"--dir {args.dir} is not empty: add --resume to continue the soak in it")
-    return args
+    return args, earlier
 
 
 def main() -> None:
-    args = _arguments()
+    args, earlier = _arguments()
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-soak-"))
     root.mkdir(parents=True, exist_ok=True)
-    segments = Segments(root)
-    earlier = segments.load()
     print(f"[soak] in {root}" + (f", run {len(earlier) + 1}" if earlier else ""), flush=True)
     with LocalServices(root / "services", ("kafka", "pubsub")) as services:
         bootstrap = services.running["kafka"].endpoint
@@ -313,11 +318,11 @@ def main() -> None:
                 produce.close()
                 latencies = receiver.close()
                 ctx.spark.stop()
-    segments.append({"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                     "seconds": time.monotonic() - started, "sent": produce.sent - produce.first,
-                     "batches": [[stage, batch, at, ms] for (stage, batch), (at, ms) in batches.batches.items()],
-                     "turns": turns.turns, "steps": steps.times, "snapshots": snapshots, "latencies": latencies})
-    report(args, segments.load())
+    this_run = {"args": _settings(args), "seconds": time.monotonic() - started, "sent": produce.sent - produce.first,
+                "batches": [[stage, batch, at, ms] for (stage, batch), (at, ms) in batches.batches.items()],
+                "turns": turns.turns, "steps": steps.times, "snapshots": snapshots, "latencies": latencies}
+    Segments(root).append(this_run)
+    report(args, [*earlier, this_run])
 
 
 def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
@@ -338,7 +343,7 @@ def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
     rows: list[tuple[str, str]] = [
         ("mode / trigger / rate", f"{args.mode} / {args.trigger_ms} ms / {args.rate:g} msg/s{maintained}"),
         ("ran", f"{seconds / 60:,.1f} min{runs}")]
-    results: dict[str, Any] = {"args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+    results: dict[str, Any] = {"args": _settings(args),
                                "seconds": seconds, "runs": [segment["seconds"] for segment in segments],
                                "stages": {}, "snapshots": snapshots}
     for stage in sorted({stage for stage, _ in batches}):
