@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/soak.py [--mode staged|fused] [--commits 20000] [--rate 200]
                                         [--trigger-ms 100] [--maintain-every SECONDS] [--max-minutes M]
-                                        [--dir DIR [--resume]]
+                                        [--deleted-file-retention MINUTES] [--dir DIR [--resume | --report]]
 
 Starts a local Kafka broker and Google's Pub/Sub emulator and runs the sink continuously (``run``'s
 code, in this process) with a short trigger while records arrive at a steady ``--rate``, each
@@ -10,6 +10,9 @@ stamped with its produce time, until each of the connector's tables has ``--comm
 commits (20,000 are the commits of about six hours at the default 1 s trigger) or
 ``--max-minutes`` pass. With ``--maintain-every`` maintenance runs beside the stages as ``run``
 runs it (retention with ``outbox.retention.ms=0`` so that each turn deletes, compaction, VACUUM).
+VACUUM removes a replaced file only after the table's ``delta.deletedFileRetentionDuration`` (Delta's
+seven days), so within hours the disk only grows; ``--deleted-file-retention`` creates the tables
+with a shorter one (as a user may set it), which shows where the disk levels off.
 
 It prints, for the first 10 %, the middle and the last 10 % of the run: each stage's micro-batch
 duration (p50, p99, from Spark's progress), the end-to-end latency (produce → a subscriber
@@ -22,7 +25,7 @@ A soak may take longer than one sitting: ``--dir`` keeps everything (the broker'
 the checkpoints, and each run's samples in ``segments.jsonl``), and ``--resume`` continues the
 soak in it with the settings it began with. The broker starts again on its data, the connector
 from its checkpoints (as after a redeploy), and the report covers every run, from the first
-batch of the first to the last of this one.
+batch of the first to the last of this one. ``--report`` prints that report again without running.
 """
 
 from __future__ import annotations
@@ -30,12 +33,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +57,9 @@ from pubsub_connect.pipelines.runtime import connector_stages
 
 NAME = "soak"
 #: Settings a resumed soak keeps from its first run: its figures compare one connector over time.
-KEPT_ON_RESUME = ("mode", "rate", "trigger_ms", "maintain_every")
+KEPT_ON_RESUME = ("mode", "rate", "trigger_ms", "maintain_every", "deleted_file_retention")
+#: Delta gives a new table this session default as its ``delta.deletedFileRetentionDuration``.
+DELETED_FILE_RETENTION_DEFAULT = "spark.databricks.delta.properties.defaults.deletedFileRetentionDuration"
 
 
 class SteadyProducer:
@@ -231,9 +238,25 @@ class Segments:
             return []
         return [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
 
+    def heads(self) -> list[dict[str, Any]]:
+        """Each run's settings, seconds and records sent, read in a child process. A long run's samples
+        are hundreds of MB as Python objects, and what this process holds is one of the soak's figures
+        (the driver's RSS): a resumed run measures only itself."""
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as reader:
+            return reader.submit(_run_heads, self).result()
+
     def append(self, segment: dict[str, Any]) -> None:
         with open(self.path, "a") as out:
             out.write(json.dumps(segment, separators=(",", ":")) + "\n")
+
+
+def _run_heads(segments: Segments) -> list[dict[str, Any]]:
+    return [{key: run[key] for key in ("args", "seconds", "sent")} for run in segments.load()]
+
+
+def _maintenance_lines(line: str) -> None:
+    if line.startswith(f"[{NAME}.maintain]"):
+        print(line, flush=True)
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -242,7 +265,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
-    """The command line, and the earlier runs of the soak it resumes (none for a new soak)."""
+    """The command line, and the heads of the earlier runs of the soak it resumes (none for a new
+    soak: ``Segments.heads``)."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=("staged", "fused"), default="staged")
     parser.add_argument("--commits", type=int, default=20_000, help="Delta commits per table to reach")
@@ -250,20 +274,24 @@ def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
     parser.add_argument("--trigger-ms", type=int, default=100)
     parser.add_argument("--maintain-every", type=float, default=0.0, metavar="SECONDS")
     parser.add_argument("--max-minutes", type=float, default=360.0, help="of this run")
+    parser.add_argument("--deleted-file-retention", type=float, metavar="MINUTES",
+                        help="the tables' delta.deletedFileRetentionDuration (default: Delta's, seven days)")
     parser.add_argument("--snapshot-every", type=float, default=60.0, metavar="SECONDS")
     parser.add_argument("--dir", type=Path, help="the soak's folder (default: a new temporary one)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue the soak in --dir with the settings it began with")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--resume", action="store_true",
+                       help="continue the soak in --dir with the settings it began with")
+    again.add_argument("--report", action="store_true", help="print the report of the soak in --dir so far, and stop")
     args = parser.parse_args()
     earlier: list[dict[str, Any]] = []
-    if args.resume:
+    if args.resume or args.report:
         if args.dir is None:
-            parser.error("--resume continues the soak of a --dir")
-        earlier = Segments(args.dir).load()
+            parser.error("--resume and --report read the soak of a --dir")
+        earlier = Segments(args.dir).heads()
         if not earlier:
             parser.error(f"--resume: {args.dir} holds no soak (no {Segments(args.dir).path.name})")
-        for key in KEPT_ON_RESUME:
-            setattr(args, key, earlier[0]["args"][key])
+        for key in KEPT_ON_RESUME:  # a soak begun before a setting existed ran with its default
+            setattr(args, key, earlier[0]["args"].get(key, parser.get_default(key)))
     elif args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
         parser.error(f"--dir {args.dir} is not empty: add --resume to continue the soak in it")
     return args, earlier
@@ -271,6 +299,9 @@ def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
 
 def main() -> None:
     args, earlier = _arguments()
+    if args.report:
+        report(args, Segments(args.dir).load())
+        return
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-soak-"))
     root.mkdir(parents=True, exist_ok=True)
     print(f"[soak] in {root}" + (f", run {len(earlier) + 1}" if earlier else ""), flush=True)
@@ -281,10 +312,14 @@ def main() -> None:
             receiver = ReceiverProcess(Receiver, create_topic_and_subscription(NAME))
             keys = {**sink_keys(NAME), "pipeline.mode": args.mode,
                     **({"outbox.retention.ms": "0", "bronze.retention.ms": "0"} if args.maintain_every else {})}
-            run = cfg.load_raw(keys, {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"),
-                                      **ENGINES["native"], "pipeline.trigger.interval.ms": str(args.trigger_ms)})
+            worker = {"bootstrap.servers": bootstrap, "storage.root": str(root / "data"), **ENGINES["native"],
+                      "pipeline.trigger.interval.ms": str(args.trigger_ms)}
+            if args.deleted_file_retention is not None:  # read when a table is created: a resumed soak's are
+                worker[DELETED_FILE_RETENTION_DEFAULT] = f"interval {args.deleted_file_retention:g} minutes"
+            run = cfg.load_raw(keys, worker)
             connector = run.connectors[0]
-            ctx = quiet_context(run.worker, once=False)
+            # maintenance's report lines (rows deleted, files, what held retention back), not the stages'
+            ctx = quiet_context(run.worker, once=False, progress=_maintenance_lines)
             batches = BatchLog(ctx.spark)
             turns = MaintenanceTurns()
             steps = MaintenanceSteps()
@@ -322,7 +357,8 @@ def main() -> None:
                 "batches": [[stage, batch, at, ms] for (stage, batch), (at, ms) in batches.batches.items()],
                 "turns": turns.turns, "steps": steps.times, "snapshots": snapshots, "latencies": latencies}
     Segments(root).append(this_run)
-    report(args, [*earlier, this_run])
+    del latencies, this_run  # the report reads every run's samples from the folder, this one's too
+    report(args, Segments(root).load())
 
 
 def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
@@ -338,6 +374,8 @@ def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
     latencies = [tuple(sample) for segment in segments for sample in segment["latencies"]]
     snapshots = [snap for segment in segments for snap in segment["snapshots"]]
     maintained = f", maintenance every {args.maintain_every:g} s" if args.maintain_every else ""
+    if args.deleted_file_retention is not None:
+        maintained += f", deleted files kept {args.deleted_file_retention:g} min"
     runs = (f" in {len(segments)} runs (" + ", ".join(f"{segment['seconds'] / 60:,.1f}" for segment in segments)
             + " min)") if len(segments) > 1 else ""
     rows: list[tuple[str, str]] = [
@@ -388,6 +426,10 @@ def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
         rows.append((f"  {when}: Delta logs", ", ".join(f"{k} {n:,} files" for k, n in s["log_files"].items())))
         rows.append((f"  {when}: memory", f"driver RSS {s['driver_rss_mb']:,.0f} MB, JVM old gen after GC "
                                           f"{s['jvm_old_gen_mb']:,.0f} MB, JVM RSS {s['jvm_rss_mb']:,.0f} MB"))
+    if len(snapshots) >= 10:  # does the disk level off? the tables' folders at each tenth of the run
+        tenths = [snapshots[min(len(snapshots) - 1, round(i * (len(snapshots) - 1) / 9))] for i in range(10)]
+        rows.append(("  disk at each tenth", ", ".join(f"{sum(mb for k, mb in s['disk_mb'].items() if k in KINDS):,.0f}"
+                                                      for s in tenths) + " MB (tables)"))
     print(table(rows))
     name = results_name(f"soak-{args.mode}{'-maintained' if args.maintain_every else ''}", "native")
     print(f"\nresults: {write_results(name, results)}")

@@ -19,11 +19,13 @@ all of them at once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import posixpath
+import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +53,17 @@ KINDS = (BRONZE, OUTBOX, DLQ)
 #: appends carry no transaction id past a start's first, and the next stage's stream reads the
 #: new commits themselves.
 STAGE_TABLE_PROPERTIES: Mapping[str, str] = {"delta.checkpointInterval": "100"}
+
+
+#: One lock per table path in this process: held by each append of a :class:`SparkDeltaTableStore`
+#: and by a row deletion beside them (:meth:`SparkDeltaTableStore.appends_held`).
+_APPEND_LOCKS: dict[str, threading.Lock] = {}
+_APPEND_LOCKS_GUARD = threading.Lock()
+
+
+def _append_lock(path: str) -> threading.Lock:
+    with _APPEND_LOCKS_GUARD:
+        return _APPEND_LOCKS.setdefault(path, threading.Lock())
 
 
 def created_table_properties(properties: Mapping[str, str] | None) -> dict[str, str]:
@@ -420,14 +433,29 @@ class SparkDeltaTableStore(TableStore):
     def row_count(self, table: TableRef) -> int:
         return 0 if self.path(table) in self._created_empty else super().row_count(table)
 
+    @contextlib.contextmanager
+    def appends_held(self, table: TableRef) -> Iterator[None]:
+        """Holds this process's appends to ``table`` (they wait) while the body runs.
+
+        Why: a Delta ``DELETE`` or ``MERGE`` reads the whole table, and open-source Delta Lake
+        checks it at Serializable isolation (the only level it accepts): an append committed while
+        it runs, as a stage running continuously commits one every trigger, makes it fail with
+        ``ConcurrentAppendException``, every time. Retention deletes under this hold, so the stages
+        in the same process (``run``, the worker) wait for it instead: one batch per turn is slower
+        by the deletion's time. Databricks' Delta (WriteSerializable by default) lets blind appends
+        pass a deletion; there the hold only orders them."""
+        with _append_lock(self.path(table)):
+            yield
+
     def _append(self, table: TableRef, df: DataFrame, **options: str) -> None:
         self._created_empty.discard(self.path(table))  # before the write: a failed one may have committed
         writer = df.write.format("delta").mode("append").option("mergeSchema", "false").options(**options)
         name = self.table_name(table)
-        if name:
-            writer.saveAsTable(name.replace("`", ""))
-        else:
-            writer.save(self.path(table))
+        with self.appends_held(table):
+            if name:
+                writer.saveAsTable(name.replace("`", ""))
+            else:
+                writer.save(self.path(table))
 
     def read(self, table: TableRef) -> DataFrame:
         name = self.table_name(table)

@@ -208,8 +208,15 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
     spark = ctx.spark
     target = ctx.store.sql_target(table)
     age = AGE_COLUMNS.get(table.kind)
+    store = ctx.store
+    assert isinstance(store, SparkDeltaTableStore)
     if table.kind == DLQ:  # no stage reads the dead letters
-        return table_maintenance.delete_where(spark, target, f"{age} < timestamp_millis({cutoff_ms})")
+        try:
+            with store.appends_held(table):
+                return table_maintenance.delete_where(spark, target, f"{age} < timestamp_millis({cutoff_ms})")
+        except Exception as exc:  # e.g. a stage of another process appended a dead letter meanwhile
+            report.notes.append(f"nothing deleted: {error_line(exc)}")
+            return 0
     keys, reader = TABLES[config.kind][table.kind]
     up_to = samples.version_at(table.kind, cutoff_ms) if age is None else None
     if age is None and up_to is None:
@@ -223,11 +230,12 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
             up_to, held_by = read_up_to, reader
     if up_to is None:
         up_to = version
-    try:  # a MERGE commits whole or not at all
-        deleted = table_maintenance.delete_held_at(spark, target, keys, up_to, condition) if up_to >= 0 else 0
-    except Exception as exc:  # e.g. a reader so far behind that VACUUM removed its version's files
-        report.notes.append(f"nothing deleted: the rows held at version {up_to} could not be read "
-                            f"({error_line(exc)})")
+    try:  # a MERGE commits whole or not at all; this process's stages wait for it (appends_held)
+        with store.appends_held(table):
+            deleted = table_maintenance.delete_held_at(spark, target, keys, up_to, condition) if up_to >= 0 else 0
+    except Exception as exc:  # a reader so far behind that VACUUM removed its version's files, or a
+        # stage of another process that appended meanwhile (open-source Delta Lake: a conflict)
+        report.notes.append(f"nothing deleted of the rows held at version {up_to}: {error_line(exc)}")
         return 0
     if held_by is not None:
         held = table_maintenance.count_added_after(spark, target, keys, up_to, expired_up_to, condition)
