@@ -205,11 +205,10 @@ def _expire(ctx: PipelineContext, config: ConnectorConfig, table: TableRef, vers
     """Delete the rows of ``table`` (now at ``version``) older than ``cutoff_ms`` that every reading
     stage has consumed: those the table held at the last version the reader read (and, for a table
     without a time column, at the last version sampled before the cutoff)."""
-    spark = ctx.spark
-    target = ctx.store.sql_target(table)
+    spark, store = ctx.spark, ctx.store
+    assert isinstance(store, SparkDeltaTableStore)  # maintain() refuses every other store
+    target = store.sql_target(table)
     age = AGE_COLUMNS.get(table.kind)
-    store = ctx.store
-    assert isinstance(store, SparkDeltaTableStore)
     if table.kind == DLQ:  # no stage reads the dead letters
         try:
             with store.appends_held(table):
