@@ -289,7 +289,8 @@ def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
             parser.error("--resume and --report read the soak of a --dir")
         earlier = Segments(args.dir).heads()
         if not earlier:
-            parser.error(f"--resume: {args.dir} holds no soak (no {Segments(args.dir).path.name})")
+            flag = "--resume" if args.resume else "--report"
+            parser.error(f"{flag}: {args.dir} holds no soak (no {Segments(args.dir).path.name})")
         for key in KEPT_ON_RESUME:  # a soak begun before a setting existed ran with its default
             setattr(args, key, earlier[0]["args"].get(key, parser.get_default(key)))
     elif args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
