@@ -16,7 +16,8 @@ with a shorter one (as a user may set it), which shows where the disk levels off
 
 It prints, for the first 10 %, the middle and the last 10 % of the run: each stage's micro-batch
 duration (p50, p99, from Spark's progress), the end-to-end latency (produce → a subscriber
-in a child process; p50, p99), files per table, bytes on disk (tables, checkpoints), and memory
+in a child process; p50, p99; and apart for the records sent during a maintenance turn, whose
+deletion holds the stages' appends), files per table, bytes on disk (tables, checkpoints), and memory
 (the driver's Python RSS, the Spark JVM's old generation after its last collection and its RSS).
 The figures the goals read are the ratios last 10 % / first 10 % of the batch durations (at most
 1.2), and whether files, disk and memory stay bounded.
@@ -26,6 +27,7 @@ the checkpoints, and each run's samples in ``segments.jsonl``), and ``--resume``
 soak in it with the settings it began with. The broker starts again on its data, the connector
 from its checkpoints (as after a redeploy), and the report covers every run, from the first
 batch of the first to the last of this one. ``--report`` prints that report again without running.
+Ctrl-C or SIGTERM ends a run as ``--max-minutes`` does, its samples kept.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import contextlib
 import json
 import multiprocessing
 import os
+import signal
 import statistics
 import tempfile
 import threading
@@ -298,6 +301,15 @@ def _arguments() -> tuple[argparse.Namespace, list[dict[str, Any]]]:
     return args, earlier
 
 
+def _stop_requested() -> threading.Event:
+    """Set by Ctrl-C or SIGTERM: the run then ends as at ``--max-minutes``, its samples kept for a
+    ``--resume`` (a soak is stopped when its machine is needed)."""
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    return stopping
+
+
 def main() -> None:
     args, earlier = _arguments()
     if args.report:
@@ -329,11 +341,13 @@ def main() -> None:
             snapshots: list[dict[str, Any]] = []
             produce = SteadyProducer(bootstrap, NAME, args.rate, first=sum(s["sent"] for s in earlier))
             started = time.monotonic()
+            stopping = _stop_requested()
             try:
                 with maintained_while_running(ctx, connector, args.maintain_every, turns.guard):
                     stages = StagesThread(ctx, connector, connector_stages(connector))
                     next_snapshot = started
-                    while stages.running() and time.monotonic() - started < args.max_minutes * 60:
+                    while (stages.running() and not stopping.is_set()
+                           and time.monotonic() - started < args.max_minutes * 60):
                         batches.poll()
                         if time.monotonic() >= next_snapshot:
                             snapshots.append(snapshot(ctx, root))
@@ -346,7 +360,7 @@ def main() -> None:
                             written = [t["commits"] for kind, t in tables.items() if kind != "dlq"]
                             if written and min(written) >= args.commits:
                                 break
-                        time.sleep(2)
+                        stopping.wait(2)
                     batches.poll()
                     snapshots.append(snapshot(ctx, root))
                     stages.stop()
@@ -416,6 +430,14 @@ def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
         results["latency_ms"] = lat
         rows.append((f"  latency ({len(by_stamp):,} received)",
                      ", ".join(f"{w} p50 {f['p50']:,.0f} ms p99 {f['p99']:,.0f} ms" for w, f in lat.items())))
+        if turns.turns:  # a turn's deletion holds the stages' appends: what the records sent meanwhile wait
+            split = {"during a turn": [ms for ns, ms in latencies if turns.during(ns / 1e9)],
+                     "outside": [ms for ns, ms in latencies if not turns.during(ns / 1e9)]}
+            results["latency_by_turn_ms"] = {w: {"records": len(v), "p50": statistics.median(v),
+                                                 "p99": _pct(v, 0.99)} for w, v in split.items() if v}
+            rows.append(("  latency by when sent", ", ".join(
+                f"{w} ({f['records']:,}) p50 {f['p50']:,.0f} ms p99 {f['p99']:,.0f} ms"
+                for w, f in results["latency_by_turn_ms"].items())))
     for when, snap in windows(snapshots).items():
         if not snap:
             continue

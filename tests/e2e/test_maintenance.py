@@ -18,9 +18,10 @@ import pytest
 from e2e.harness import batches_of_one_stage_run, context, sink_config
 from integration.kafka_helpers import Rec, create_topic, produce
 from integration.pubsub_helpers import assert_no_more_messages, create_topic_and_subscription, pull_all
+from pubsub_connect.io import checkpoints
 from pubsub_connect.io.tables import BRONZE, DLQ, OUTBOX, TableRef
 from pubsub_connect.pipelines import cps_sink
-from pubsub_connect.pipelines.maintenance import maintain, maintained_while_running
+from pubsub_connect.pipelines.maintenance import COMPACTED_FILE, maintain, maintained_while_running
 from pubsub_connect.pipelines.runner.supervisor import run_stages
 from pubsub_connect.pipelines.runtime import connector_stages
 from waiting import wait_until
@@ -76,6 +77,9 @@ def test_retention_waits_for_the_slowest_stage(spark, kafka_bootstrap: str, pubs
         "10 expired rows held back: convert has not read past version 5",
         "10 expired rows held back: publish has not read past version 4"]
     assert offsets(BRONZE) == list(range(20, 30)) and offsets(OUTBOX) == list(range(10, 20))
+    # each table's size after its compaction, from which the next turn's threshold is reckoned
+    compacted = checkpoints.read_json(checkpoints.beside(ctx.store.checkpoint(unique_name, "maintain"), COMPACTED_FILE))
+    assert compacted == {r.kind: r.bytes_after for r in reports} and compacted[BRONZE] > 0
 
     # the stages stream on through the deletions and the compaction: each kept row once
     assert run(cps_sink.publish) == 1

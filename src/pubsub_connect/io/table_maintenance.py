@@ -17,6 +17,7 @@ does the snapshot of the version it last read.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -28,6 +29,13 @@ if TYPE_CHECKING:
 
 ROW_TRACKING = "delta.enableRowTracking"
 LOG_RETENTION = "delta.logRetentionDuration"
+#: Delta's session setting: ``OPTIMIZE`` compacts the files smaller than this many bytes.
+OPTIMIZE_MIN_FILE_SIZE = "spark.databricks.delta.optimize.minFileSize"
+#: Its default in open-source Delta Lake, 1 GiB: also the size ``OPTIMIZE`` writes files up to.
+DELTA_OPTIMIZE_MIN_FILE_SIZE = 1024**3
+#: Held while one compaction has the session's threshold set (the worker maintains several
+#: connectors, each in its own thread, in one session).
+_OPTIMIZE_SETTING = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -94,10 +102,48 @@ def delete_where(spark: SparkSession, target: str, condition: str) -> int:
     return int((result.asDict() if result is not None else {}).get("num_affected_rows") or 0)
 
 
-def optimize(spark: SparkSession, target: str) -> tuple[int, int]:
-    """Compact small files (bin-packing); returns (files removed, files added)."""
-    metrics = spark.sql(f"OPTIMIZE {target}").select("metrics.numFilesRemoved", "metrics.numFilesAdded").first()
-    return (int(metrics[0] or 0), int(metrics[1] or 0)) if metrics is not None else (0, 0)
+@dataclass(frozen=True)
+class Compaction:
+    """What one ``OPTIMIZE`` did, and below which file size it compacted (None: Delta's own
+    threshold, the session refusing to set it, as Databricks' serverless compute may)."""
+
+    removed: int
+    added: int
+    below_bytes: int | None
+    removed_bytes: int = 0
+
+
+def optimize(spark: SparkSession, target: str, below_bytes: int | None = None) -> Compaction:
+    """Compact the files smaller than ``below_bytes`` (bin-packing), never above the session's own
+    threshold (what the user set, else Delta's default; None: that threshold).
+
+    Why a threshold of its own: Delta's (1 GiB) equals the size OPTIMIZE writes up to, so the file
+    one OPTIMIZE wrote is below it and the next rewrites it with the new small files — every run
+    rewrites the table up to 1 GiB, and VACUUM keeps each replaced copy for the table's
+    ``delta.deletedFileRetentionDuration``. Delta reads the threshold from the session when the
+    command starts, so it is set for this command alone, one compaction at a time in the process.
+    """
+    with _OPTIMIZE_SETTING:
+        previous = spark.conf.get(OPTIMIZE_MIN_FILE_SIZE, None)
+        ceiling = int(previous or DELTA_OPTIMIZE_MIN_FILE_SIZE)
+        applied = None if below_bytes is None else min(int(below_bytes), ceiling)
+        if applied is not None:
+            try:
+                spark.conf.set(OPTIMIZE_MIN_FILE_SIZE, str(applied))
+            except Exception:  # a session that does not let this setting be changed
+                applied = None
+        try:
+            metrics = spark.sql(f"OPTIMIZE {target}").select(
+                "metrics.numFilesRemoved", "metrics.numFilesAdded", "metrics.filesRemoved.totalSize").first()
+        finally:
+            if applied is not None:
+                if previous is None:
+                    spark.conf.unset(OPTIMIZE_MIN_FILE_SIZE)
+                else:
+                    spark.conf.set(OPTIMIZE_MIN_FILE_SIZE, previous)
+    if metrics is None:
+        return Compaction(0, 0, applied)
+    return Compaction(int(metrics[0] or 0), int(metrics[1] or 0), applied, int(metrics[2] or 0))
 
 
 def vacuum(spark: SparkSession, target: str) -> None:

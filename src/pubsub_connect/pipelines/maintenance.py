@@ -9,7 +9,8 @@ bundle, or by hand beside a running connector) does, per table of the connector:
    last version every stage that streams it has read (its checkpoint's Delta offset; the
    snapshot by Delta's time travel), so a stage that is behind — stopped, failing, slow — holds
    back its input's retention, never loses it;
-2. **compaction** (``OPTIMIZE``), and 3. **VACUUM** within Delta's own retention;
+2. **compaction** (``OPTIMIZE``) of the files smaller than a few turns' gain of the table
+   (:func:`compaction_threshold`), and 3. **VACUUM** within Delta's own retention;
 4. on a local file system, **the Delta log trimmed** (:mod:`~pubsub_connect.io.delta_log`: there
    every commit lists the whole log folder) to the versions still read: from the newest checkpoint
    at or before the oldest of each writing stage's newest marked commit (within the search's reach,
@@ -59,6 +60,12 @@ log = logging.getLogger(__name__)
 SAMPLES_FILE = "maintenance.json"
 #: Samples kept per table within its retention (:class:`VersionSamples`).
 KEPT_SAMPLES = 500
+#: Beside the connector's checkpoints: each table's bytes after its last compaction.
+COMPACTED_FILE = "compaction.json"
+#: Compaction rewrites the files smaller than this many times what the table gained since its last
+#: compaction (:func:`compaction_threshold`), and never those below this floor alone.
+COMPACTION_GROWTH_FACTOR = 4
+COMPACTION_FLOOR_BYTES = 4 * 1024**2
 
 #: Per connector kind and table: the columns that identify a row, and the staged mode's stage
 #: that streams the table (whose position holds back its retention).
@@ -144,6 +151,19 @@ class VersionSamples:
         checkpoints.write_json(self.path, self.samples)
 
 
+def compaction_threshold(gained_bytes: int | None) -> int | None:
+    """Below which size a compaction rewrites a file, given the bytes its table gained since its
+    last compaction (None: unknown, Delta's own threshold, a whole compaction).
+
+    Why: a file a compaction wrote is then left alone once it holds a few turns' gain, so each
+    byte is rewritten a few times at most, however long the table is kept (Delta's own threshold
+    rewrites every file below 1 GiB each turn). At a steady gain of G per turn the files grow
+    G, 2G, 3G, 4G and stay; a table that gains little keeps files of at least the floor."""
+    if gained_bytes is None:
+        return None
+    return max(COMPACTION_FLOOR_BYTES, COMPACTION_GROWTH_FACTOR * max(0, gained_bytes))
+
+
 def _retention_ms(config: ConnectorConfig, kind: str) -> int:
     return int(config.get(f"{kind}.retention.ms"))
 
@@ -172,6 +192,8 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
     now = clock()
     staged = last_mode(ctx, config) != FUSED
     samples = VersionSamples(checkpoints.beside(store.checkpoint(config.name, "maintain"), SAMPLES_FILE))
+    compacted_file = checkpoints.beside(store.checkpoint(config.name, "maintain"), COMPACTED_FILE)
+    compacted: dict[str, int] = checkpoints.read_json(compacted_file) or {}
     reports: list[TableReport] = []
     for kind in (BRONZE, OUTBOX, DLQ):
         table = TableRef(kind, config.name)
@@ -188,15 +210,21 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
         if store.table_name(table) and table_maintenance.predictive_optimization(spark, target):
             report.notes.append("compaction and VACUUM left to predictive optimization")
         else:
-            table_maintenance.optimize(spark, target)
+            last = compacted.get(kind)  # only appends since: what the table gained
+            below = compaction_threshold(None if last is None else before.bytes - last)
+            if table_maintenance.optimize(spark, target, below).below_bytes is None and below is not None:
+                report.notes.append(f"compacted at Delta's own threshold: this session refuses to set "
+                                    f"{table_maintenance.OPTIMIZE_MIN_FILE_SIZE}")
             table_maintenance.vacuum(spark, target)
         after = table_maintenance.describe(spark, target)
+        compacted[kind] = after.bytes
         report.files_after, report.bytes_after = after.files, after.bytes
         log_dir = None if running_on_databricks() else delta_log.local_log(store.location(table))
         if log_dir is not None:
             _trim_log(ctx, config, table, staged, samples, after, now, log_dir, version, report)
         reports.append(report)
     samples.save()
+    checkpoints.write_json(compacted_file, compacted)
     return reports
 
 
