@@ -41,9 +41,7 @@ class KeptTable:
 
     def compact(self) -> None:
         before = table_maintenance.describe(self.spark, self.target).bytes
-        below = None
-        if self.by_maintenance:
-            below = compaction_threshold(None if self.bytes_after_last is None else before - self.bytes_after_last)
+        below = compaction_threshold(before, self.bytes_after_last) if self.by_maintenance else None
         started = time.perf_counter()
         self.rewritten += table_maintenance.optimize(self.spark, self.target, below).removed_bytes
         self.compaction_s += time.perf_counter() - started

@@ -63,7 +63,8 @@ KEPT_SAMPLES = 500
 #: Beside the connector's checkpoints: each table's bytes after its last compaction.
 COMPACTED_FILE = "compaction.json"
 #: Compaction rewrites the files smaller than this many times what the table gained since its last
-#: compaction (:func:`compaction_threshold`), and never those below this floor alone.
+#: compaction (:func:`compaction_threshold`), and at least those below the floor, so that a table
+#: that gains little still gathers its small files.
 COMPACTION_GROWTH_FACTOR = 4
 COMPACTION_FLOOR_BYTES = 4 * 1024**2
 
@@ -151,17 +152,18 @@ class VersionSamples:
         checkpoints.write_json(self.path, self.samples)
 
 
-def compaction_threshold(gained_bytes: int | None) -> int | None:
-    """Below which size a compaction rewrites a file, given the bytes its table gained since its
-    last compaction (None: unknown, Delta's own threshold, a whole compaction).
+def compaction_threshold(bytes_now: int, bytes_after_last: int | None) -> int | None:
+    """Below which size a compaction rewrites a file, given the table's bytes now and after its
+    last compaction, between which only appends came (None: no last compaction known, Delta's own
+    threshold, a whole compaction).
 
     Why: a file a compaction wrote is then left alone once it holds a few turns' gain, so each
     byte is rewritten a few times at most, however long the table is kept (Delta's own threshold
     rewrites every file below 1 GiB each turn). At a steady gain of G per turn the files grow
     G, 2G, 3G, 4G and stay; a table that gains little keeps files of at least the floor."""
-    if gained_bytes is None:
+    if bytes_after_last is None:
         return None
-    return max(COMPACTION_FLOOR_BYTES, COMPACTION_GROWTH_FACTOR * max(0, gained_bytes))
+    return max(COMPACTION_FLOOR_BYTES, COMPACTION_GROWTH_FACTOR * max(0, bytes_now - bytes_after_last))
 
 
 def _retention_ms(config: ConnectorConfig, kind: str) -> int:
@@ -210,8 +212,7 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
         if store.table_name(table) and table_maintenance.predictive_optimization(spark, target):
             report.notes.append("compaction and VACUUM left to predictive optimization")
         else:
-            last = compacted.get(kind)  # only appends since: what the table gained
-            below = compaction_threshold(None if last is None else before.bytes - last)
+            below = compaction_threshold(before.bytes, compacted.get(kind))
             if table_maintenance.optimize(spark, target, below).below_bytes is None and below is not None:
                 report.notes.append(f"compacted at Delta's own threshold: this session refuses to set "
                                     f"{table_maintenance.OPTIMIZE_MIN_FILE_SIZE}")
