@@ -80,6 +80,8 @@ QUERY_FAILURE_LOGGERS = (
     "org.apache.spark.executor.Executor",
     "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",  # Spark 4.1+
     "org.apache.spark.sql.execution.streaming.MicroBatchExecution",  # Spark 3.x, 4.0
+    # Delta's writer logs "Aborting job" with the whole trace when a stop cancels a table append.
+    "org.apache.spark.sql.delta.files.DeltaFileFormatWriter",
     # The Java Kafka client (as Apache ships it and as Databricks shades it): with a broker down
     # it warns on every reconnect, several lines a second; the connector's own check names the
     # broker and the failure in one line before a stage starts.
