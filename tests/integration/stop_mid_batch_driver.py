@@ -22,9 +22,9 @@ from pubsub_connect.model.error_text import error_line
 from pubsub_connect.pipelines.context import ConnectorError
 from pubsub_connect.pipelines.runtime import build_context
 
-#: A Spark job that waits in a task until cancelled (Thread.sleep is interrupted by the cancellation).
 #: Printed to standard error between the query's stop and the session's.
 SESSION_STOPS = "-- the query has stopped; the session stops --"
+#: A Spark job that waits in a task until cancelled (Thread.sleep is interrupted by the cancellation).
 SLEEPING_JOB = "reflect('java.lang.Thread', 'sleep', cast(600000 as bigint))"
 
 
