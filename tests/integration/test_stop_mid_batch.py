@@ -16,12 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from stop_mid_batch_driver import SESSION_STOPS
 
 pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).with_name("stop_mid_batch_driver.py")
-#: The driver's line between the query's stop and the session's (``stop_mid_batch_driver.py``).
-SESSION_STOPS = "-- the query has stopped; the session stops --"
 
 
 #: A line of the driver JVM's log (``io/log4j2-local.properties``' pattern) at warning level or above.
