@@ -449,10 +449,15 @@ def report(args: argparse.Namespace, segments: list[dict[str, Any]]) -> None:
         rows.append((f"  {when}: Delta logs", ", ".join(f"{k} {n:,} files" for k, n in s["log_files"].items())))
         rows.append((f"  {when}: memory", f"driver RSS {s['driver_rss_mb']:,.0f} MB, JVM old gen after GC "
                                           f"{s['jvm_old_gen_mb']:,.0f} MB, JVM RSS {s['jvm_rss_mb']:,.0f} MB"))
-    if len(snapshots) >= 10:  # does the disk level off? the tables' folders at each tenth of the run
-        tenths = [snapshots[min(len(snapshots) - 1, round(i * (len(snapshots) - 1) / 9))] for i in range(10)]
-        rows.append(("  disk at each tenth", ", ".join(f"{sum(mb for k, mb in s['disk_mb'].items() if k in KINDS):,.0f}"
-                                                      for s in tenths) + " MB (tables)"))
+    if len(snapshots) >= 10:  # does the disk level off? the tables' folders over each tenth of the run
+        # Within a tenth the folders rise and fall with the turns (a compaction's output lands at once, the
+        # files it replaced go only after the deleted-file retention), so one sample may be a crest or a
+        # trough: each tenth's lowest and highest show whether the whole band climbs.
+        mb = [sum(size for kind, size in snap["disk_mb"].items() if kind in KINDS) for snap in snapshots]
+        bands = [mb[len(mb) * i // 10:len(mb) * (i + 1) // 10] for i in range(10)]
+        results["disk_mb_by_tenth"] = [[min(band), max(band)] for band in bands]
+        rows.append(("  disk over each tenth", ", ".join(f"{min(band):,.0f}-{max(band):,.0f}" for band in bands)
+                     + " MB (tables, lowest-highest)"))
     print(table(rows))
     name = results_name(f"soak-{args.mode}{'-maintained' if args.maintain_every else ''}", "native")
     print(f"\nresults: {write_results(name, results)}")
