@@ -330,12 +330,16 @@ class ConnectStandalone:
                                f"{timeout_s:.0f} s: {last} (see {self.log_path})")
 
     def _remove_placeholder(self, deadline: float) -> None:
-        """Delete :data:`CLASS_LOADER_PLACEHOLDER` once the worker has it: the REST API answers
-        before the command line's connectors are created, and only after that may a test add its own."""
+        """Delete :data:`CLASS_LOADER_PLACEHOLDER` once the worker has finished creating it.
+
+        Why the log and not ``GET /connectors``: the REST API lists the connector as soon as its
+        configuration is stored, while the command line's creation is still starting it. A delete
+        in that window fails the creation, and the standalone worker exits (code 3, "Stopping after
+        connector error"). The worker logs "Created connector <name>" only when it is done."""
+        created = f"Created connector {CLASS_LOADER_PLACEHOLDER} "
         while time.monotonic() < deadline:
             self._check_alive()
-            status, body = self._request("GET", "/connectors")
-            if status == 200 and CLASS_LOADER_PLACEHOLDER in (body or []):
+            if self.log_path.is_file() and created in self.log_path.read_text(errors="replace"):
                 self.remove_connector(CLASS_LOADER_PLACEHOLDER)
                 return
             time.sleep(0.1)
