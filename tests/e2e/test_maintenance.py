@@ -90,6 +90,8 @@ def test_retention_waits_for_the_slowest_stage(spark, kafka_bootstrap: str, pubs
     assert offsets(BRONZE) == offsets(OUTBOX) == []
     assert maintained() == {BRONZE: 0, OUTBOX: 0, DLQ: 0}
     assert [(r.kind, r.files_after) for r in reports] == [(BRONZE, 0), (OUTBOX, 0), (DLQ, 0)]
+    # a connector that is stopping ends the run at the next table
+    assert [r.kind for r in maintain(ctx, config, stopping=iter([False, True]).__next__)] == [BRONZE]
 
     # the same from a shell: the connector's file, the worker's storage, one line per table
     worker_file, connector_file = tmp_path / "worker.properties", tmp_path / "sink.properties"
@@ -112,7 +114,11 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
     """Maintenance turns every half second while the stages run continuously and records keep
     coming: retention deletes rows from bronze and the outbox while the stages go on appending
     (Delta Lake's Serializable isolation would refuse a deletion that an append overtook, so the
-    stages' appends wait for it), and every record is delivered exactly once."""
+    stages' appends wait for it), and every record is delivered exactly once.
+
+    The turns begin once publish has sent 100 records, so that the first turn already finds 100
+    rows of each table read by the stage after it: a turn that began with the stages (as ``run``
+    begins them) would find nothing read yet, and a turn takes tens of seconds beside them."""
     topic = f"{unique_name}-in"
     create_topic(kafka_bootstrap, topic)
     pubsub_topic, subscription = create_topic_and_subscription(unique_name)
@@ -126,8 +132,7 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
 
     def run() -> None:
         try:
-            with maintained_while_running(ctx, config, 0.5, contextlib.nullcontext):
-                run_stages(ctx, config, connector_stages(config), stop)
+            run_stages(ctx, config, connector_stages(config), stop)
         except BaseException as exc:
             failures.append(exc)
 
@@ -136,6 +141,10 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
             produce(kafka_bootstrap, topic, seqs(sent[0], sent[0] + 5))
             sent[0] += 5
             enough.wait(0.1)
+
+    def published() -> int:
+        return sum(int(m.group(1)) for line in list(lines)
+                   if (m := re.match(rf"\[{unique_name}\.publish\] batch=\d+ records=(\d+) ", line)))
 
     def deleted(kind: str) -> int:
         return sum(int(m.group(1).replace(",", "")) for line in list(lines)
@@ -146,8 +155,10 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
     thread.start()
     producer.start()
     try:
-        wait_until(lambda: (deleted(BRONZE) >= 100 and deleted(OUTBOX) >= 100) or failures, 300,
-                   lambda: f"retention beside the appends: {lines[-6:]}")
+        wait_until(lambda: published() >= 100 or failures, 300, lambda: f"the stages' first batches: {lines[-6:]}")
+        with maintained_while_running(ctx, config, 0.5, contextlib.nullcontext):
+            wait_until(lambda: (deleted(BRONZE) >= 100 and deleted(OUTBOX) >= 100) or failures, 300,
+                       lambda: f"retention beside the appends: {lines[-6:]}")
         enough.set()
         producer.join(60)
         assert not failures

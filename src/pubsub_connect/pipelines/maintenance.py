@@ -181,9 +181,14 @@ def not_maintainable(store: TableStore, name: str) -> str | None:
     return None
 
 
-def maintain(ctx: PipelineContext, config: ConnectorConfig,
-             now_ms: Callable[[], int] | None = None) -> list[TableReport]:
-    """One maintenance run over the connector's tables; one report per table that exists."""
+def maintain(ctx: PipelineContext, config: ConnectorConfig, now_ms: Callable[[], int] | None = None,
+             stopping: Callable[[], bool] = lambda: False) -> list[TableReport]:
+    """One maintenance run over the connector's tables; one report per table that exists.
+
+    ``stopping`` is asked before each table. A stopping connector cancels the Spark job in flight,
+    but much of a Delta command runs on the driver between jobs, where a cancel finds nothing to
+    cancel and the run would go on through every table, holding the stop up for tens of seconds
+    beside busy stages. What a run cut short leaves undone, the next run does."""
     store = ctx.store
     refused = not_maintainable(store, config.name)
     if refused:
@@ -199,6 +204,8 @@ def maintain(ctx: PipelineContext, config: ConnectorConfig,
     reports: list[TableReport] = []
     for kind in (BRONZE, OUTBOX, DLQ):
         table = TableRef(kind, config.name)
+        if stopping():
+            break
         if not store.exists(table):
             continue
         target = store.sql_target(table)
@@ -334,7 +341,7 @@ def maintained_while_running(ctx: PipelineContext, config: ConnectorConfig, ever
             try:
                 with guard():
                     ctx.spark.sparkContext.setJobGroup(group, f"maintain {config.name}", interruptOnCancel=True)
-                    for report in maintain(ctx, config):
+                    for report in maintain(ctx, config, stopping=stop.is_set):
                         ctx.progress(report.line(config.name))
             except Exception as exc:  # the stages go on; the next turn tries again
                 if not stop.is_set():
