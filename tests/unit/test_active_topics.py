@@ -103,6 +103,20 @@ def test_the_printer_observes_progress_as_spark_reports_it_in_json() -> None:
     assert observed == [("ingest", {"a"}), ("ingest", {"b"})]
 
 
+def test_a_batch_with_data_after_an_idle_report_of_the_same_id_is_printed_and_observed() -> None:
+    """Spark reports an idle trigger under the id of the batch still to come: that batch, when it
+    runs with data, reports the same id, and must not be taken for the idle report."""
+    lines: list[str] = []
+    observed: list[int] = []
+    printer = ProgressPrinter(lines.append, lambda stage, progress: observed.append(progress["numInputRows"]))
+    idle = {"batchId": 0, "numInputRows": 0, "timestamp": "2026-12-07T02:18:04.319Z", "sources": []}
+    ran = {"batchId": 0, "numInputRows": 4, "timestamp": "2026-12-07T02:18:12.300Z", "sources": []}
+    printer.poll([OneQuery([idle])])
+    printer.poll([OneQuery([idle, ran])])
+    printer.poll([OneQuery([idle, ran])])
+    assert (lines, observed) == (["[s.ingest] batch=0 records=4 rate=0/s"], [0, 4])
+
+
 @pytest.mark.parametrize(("settings", "get", "reset"), [
     ({"topic.tracking.enable": "false"}, "Topic tracking is disabled.", "Topic tracking is disabled."),
     ({"topic.tracking.allow.reset": "false"}, None, "Topic tracking reset is disabled."),

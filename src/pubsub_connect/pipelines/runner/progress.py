@@ -85,6 +85,16 @@ def kafka_topics_read(progress: Mapping[str, Any], initial: Callable[[], Any | N
     return read
 
 
+def progress_position(progress: Mapping[str, Any]) -> tuple[int, str]:
+    """Where a progress report stands in its query's sequence: its batch id, then its trigger's
+    start (ISO-8601 text in UTC, so ordered as text; absent from progress made here).
+
+    The batch id alone does not tell reports apart: a trigger that finds no new data reports the
+    id of the batch still to come, so the batch that later runs with data reports the same id
+    as the idle report before it."""
+    return int(progress["batchId"]), str(progress.get("timestamp") or "")
+
+
 class ProgressPrinter:
     """Prints one line per completed micro-batch of each query (polling ``recentProgress``:
     listeners would need the JVM callback server, which Spark Connect does not offer), and hands
@@ -95,16 +105,16 @@ class ProgressPrinter:
         self.emit = emit
         self.observe = observe
         self.stage_of = stage_of
-        self.seen: dict[str, int] = {}
+        self.seen: dict[str, tuple[int, str]] = {}
 
     def poll(self, queries: Sequence[SupervisedQuery]) -> None:
         for query in queries:
             name = query.name or str(query.id)
             for progress in query.recentProgress:
-                batch = int(progress["batchId"])
-                if batch <= self.seen.get(name, -1):
+                position = progress_position(progress)
+                if position <= self.seen.get(name, (-1, "")):
                     continue
-                self.seen[name] = batch
+                self.seen[name] = position
                 if int(progress.get("numInputRows") or 0) > 0:
                     self.emit(_format_progress(name, progress))
                 if self.observe is not None:
