@@ -142,13 +142,14 @@ def test_maintenance_beside_the_running_stages(spark, kafka_bootstrap: str, pubs
             sent[0] += 5
             enough.wait(0.1)
 
+    def summed(pattern: str) -> int:  # the numbers the lines give in the pattern's group, added up
+        return sum(int(m.group(1).replace(",", "")) for line in list(lines) if (m := re.match(pattern, line)))
+
     def published() -> int:
-        return sum(int(m.group(1)) for line in list(lines)
-                   if (m := re.match(rf"\[{unique_name}\.publish\] batch=\d+ records=(\d+) ", line)))
+        return summed(rf"\[{unique_name}\.publish\] batch=\d+ records=(\d+) ")
 
     def deleted(kind: str) -> int:
-        return sum(int(m.group(1).replace(",", "")) for line in list(lines)
-                   if (m := re.match(rf"\[{unique_name}\.maintain\] {kind}: deleted ([\d,]+) rows", line)))
+        return summed(rf"\[{unique_name}\.maintain\] {kind}: deleted ([\d,]+) rows")
 
     thread = threading.Thread(target=run, daemon=True)
     producer = threading.Thread(target=keep_producing, daemon=True)
